@@ -1,0 +1,1 @@
+"""Protocol endpoints (Modbus TCP, OPC UA) onto the process image."""

@@ -1,0 +1,75 @@
+"""Fixed-step integrators shared by the ODE plants.
+
+The derivative function is passed in as a Numba dispatcher, so each plant gets its own
+compiled specialization of the same integrator (and the cache keeps it across runs).
+
+Derivative contract (all float64, SI or the plant's stated units, time in the plant's
+time unit):
+
+    derivatives(t, x, u, p, dxdt) -> None   # writes dx/dt into dxdt, allocates nothing
+
+`work` is a preallocated (5, n_states) float64 buffer; nothing is allocated per step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True)
+def rk4_step(derivatives, t, x, u, p, dt, n_sub, work):
+    """Advance x in place by dt with n_sub classical RK4 sub-steps of dt / n_sub.
+
+    t: time at the start of the step; dt: step length (plant time unit); u is held
+    constant over the step (zero-order hold, as a PLC output is). Returns t + dt.
+    """
+    k1 = work[0]
+    k2 = work[1]
+    k3 = work[2]
+    k4 = work[3]
+    tmp = work[4]
+    n = x.size
+    h = dt / n_sub
+    for s in range(n_sub):
+        ts = t + s * h
+        derivatives(ts, x, u, p, k1)
+        for i in range(n):
+            tmp[i] = x[i] + 0.5 * h * k1[i]
+        derivatives(ts + 0.5 * h, tmp, u, p, k2)
+        for i in range(n):
+            tmp[i] = x[i] + 0.5 * h * k2[i]
+        derivatives(ts + 0.5 * h, tmp, u, p, k3)
+        for i in range(n):
+            tmp[i] = x[i] + h * k3[i]
+        derivatives(ts + h, tmp, u, p, k4)
+        for i in range(n):
+            x[i] += (h / 6.0) * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
+    return t + dt
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rk4_step_batch(derivatives, t, X, U, P, dt, n_sub):
+    """Advance N instances in place: X (N, n_states), U (N, n_inputs), P (N, n_params).
+
+    Instances are independent (one parameter set each, e.g. domain randomization) and are
+    spread over the cores with prange. One small work buffer per instance is allocated per
+    call (not per sub-step); call it with many steps' worth of work, not per loop period.
+    """
+    for j in prange(X.shape[0]):
+        work = np.empty((5, X.shape[1]))
+        rk4_step(derivatives, t, X[j], U[j], P[j], dt, n_sub, work)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rk4_run_batch(derivatives, t, X, U, P, dt, n_sub, n_steps):
+    """Advance N instances by n_steps steps of dt each, inputs held; returns nothing.
+
+    The throughput form used by campaigns and the batch benchmark: one work buffer per
+    instance for the whole run.
+    """
+    for j in prange(X.shape[0]):
+        work = np.empty((5, X.shape[1]))
+        tj = t
+        for k in range(n_steps):
+            tj = rk4_step(derivatives, tj, X[j], U[j], P[j], dt, n_sub, work)
