@@ -1,0 +1,260 @@
+"""Scenario configuration: TOML in, frozen validated models out, one error type.
+
+A scenario file has core sections validated here ([scenario], [plant], [loop], [inputs.*],
+[recording]) and subsystem sections validated by their own modules ([modbus], [opcua],
+[softplc], [gaps], [bus], [safety], [policy]). Any section model may define
+
+    validate_against(self, spec: PlantSpec, scenario: Scenario) -> list[tuple[str, str]]
+
+returning (key_path, reason) problems that need the plant spec (unknown signal names,
+bounds); they are reported together with the schema problems as one `ConfigError`.
+
+Models are frozen pydantic models: hashable, picklable into worker processes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hil.errors import ConfigError
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys rejected, frozen, no type coercion from str."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# ---- core sections ----
+
+
+class ScenarioMeta(StrictModel):
+    name: str = Field(description="identifier; names the OPC UA folder and recordings")
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", v):
+            raise ValueError(f"{v!r} is not a name (letters, digits, _ and -)")
+        return v
+
+
+class PlantSection(StrictModel):
+    model: str = Field(description="module name in plants/, e.g. 'bioreactor'")
+    substeps: int | None = Field(default=None, ge=1, le=10_000, description="RK4 sub-steps per step")
+    parameters: dict[str, float] = Field(default_factory=dict, description="overrides, plant units")
+    initial_state: dict[str, float] = Field(default_factory=dict, description="plant units")
+
+
+class LoopSection(StrictModel):
+    step_s: float = Field(gt=0, description="simulated seconds per loop step (plant dt)")
+    time_scale: float = Field(
+        default=1.0, gt=0, description="simulated seconds per wall second in real time"
+    )
+    duration_s: float = Field(gt=0, description="simulated seconds to run")
+    seed: int = Field(default=0, ge=0, description="seed of every random stream")
+    priority: int = Field(default=0, ge=0, le=99, description="SCHED_FIFO priority, 0 = normal")
+    cpu: int = Field(default=-1, ge=-1, description="CPU to pin the loop to, -1 = none")
+    spin_us: float = Field(
+        default=200.0, ge=0, le=100_000, description="busy-wait before each deadline (us)"
+    )
+    status_interval_s: float = Field(default=0.5, gt=0, description="status line period (wall s)")
+    overrun: Literal["skip"] = Field(
+        default="skip", description="late step: run it now, then skip missed deadlines"
+    )
+
+    @property
+    def period_s(self) -> float:
+        """Wall-clock period of the loop in real time (s)."""
+        return self.step_s / self.time_scale
+
+
+class InputSection(StrictModel):
+    driver: Literal["plc", "fixed", "profile", "bus"] = Field(
+        default="plc",
+        description="who drives it: plc (Modbus/OPC UA into the image), fixed, profile, bus",
+    )
+    value: float | None = Field(default=None, description="initial/fixed command, plant units")
+    profile: list[tuple[float, float]] | None = Field(
+        default=None, description="[[t_s, value], ...] piecewise constant from t_s on"
+    )
+
+
+class RecordingSection(StrictModel):
+    enabled: bool = True
+    path: str = Field(
+        default="runs/{scenario}-{timestamp}", description="directory; {scenario}, {timestamp}"
+    )
+    flush_interval_s: float = Field(default=1.0, gt=0, le=60, description="wall s between flushes")
+    decimate: int = Field(default=1, ge=1, description="record every n-th step")
+
+
+# ---- the scenario ----
+
+
+def _optional_section(module: str, name: str):
+    """Import a subsystem's section model lazily (keeps hil/config.py free of cycles)."""
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+class Scenario(StrictModel):
+    scenario: ScenarioMeta
+    plant: PlantSection
+    loop: LoopSection
+    inputs: dict[str, InputSection] = Field(default_factory=dict)
+    recording: RecordingSection = Field(default_factory=RecordingSection)
+    # Subsystem sections (validated by their own modules, see below).
+    modbus: Any = None
+    opcua: Any = None
+    softplc: Any = None
+    gaps: Any = None
+    bus: Any = None
+    safety: Any = None
+    policy: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+
+# Subsystem section -> (module, model class). Each owns its schema and checks.
+SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
+    "modbus": ("hil.tagmap.modbus", "ModbusSection"),
+    "opcua": ("hil.tagmap.opcua", "OpcuaSection"),
+    "softplc": ("hil.softplc.config", "SoftPlcSection"),
+    "gaps": ("hil.gaps.config", "GapsSection"),
+    "bus": ("hil.bus_config", "BusSection"),
+    "safety": ("hil.safety.config", "SafetySection"),
+    "policy": ("hil.safety.config", "PolicySection"),
+}
+
+
+def _format_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _reason(err: dict) -> str:
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    if err["type"] == "missing":
+        return "required key is missing"
+    if "input" in err and err["type"] not in ("model_type", "dict_type"):
+        return f"{err['input']!r}: {msg[0].lower() + msg[1:]}"
+    return msg
+
+
+def _problems(exc: ValidationError, prefix: tuple = ()) -> list[tuple[str, str]]:
+    return [(_format_loc(prefix + tuple(e["loc"])), _reason(e)) for e in exc.errors()]
+
+
+def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for kind, key, table in (
+        ("params", "plant.parameters", sc.plant.parameters),
+        ("states", "plant.initial_state", sc.plant.initial_state),
+    ):
+        names = spec.names(kind)
+        for name, value in table.items():
+            path = f"{key}.{name}"
+            if name not in names:
+                problems.append((path, f"{spec.name} has no {kind[:-1]} {name!r} (known: {', '.join(names)})"))
+                continue
+            q = spec.quantity(kind, name)
+            if not math.isfinite(value):
+                problems.append((path, f"{value} is not finite"))
+            elif not (q.low <= value <= q.high):
+                problems.append((path, f"{value} {q.unit} is outside the physical bounds [{q.low}, {q.high}] {q.unit}"))
+    names = spec.names("inputs")
+    for name, inp in sc.inputs.items():
+        path = f"inputs.{name}"
+        if name not in names:
+            problems.append((path, f"{spec.name} has no input {name!r} (known: {', '.join(names)})"))
+            continue
+        q = spec.quantity("inputs", name)
+        values = [] if inp.value is None else [("value", inp.value)]
+        if inp.driver == "fixed" and inp.value is None:
+            problems.append((path + ".value", "a fixed input needs a value"))
+        if inp.driver == "profile":
+            if not inp.profile:
+                problems.append((path + ".profile", "a profile input needs [[t_s, value], ...]"))
+            else:
+                times = [t for t, _ in inp.profile]
+                if any(b <= a for a, b in zip(times, times[1:])):
+                    problems.append((path + ".profile", "times must be strictly increasing"))
+                values += [(f"profile[{i}]", v) for i, (_, v) in enumerate(inp.profile)]
+        elif inp.profile is not None:
+            problems.append((path + ".profile", f"only used with driver = 'profile', not {inp.driver!r}"))
+        for key, v in values:
+            if not math.isfinite(v) or not (q.low <= v <= q.high):
+                problems.append((f"{path}.{key}", f"{v} {q.unit} is outside [{q.low}, {q.high}] {q.unit}"))
+    return problems
+
+
+def parse_scenario(data: dict, source: str | None = None) -> Scenario:
+    """Validate a scenario given as a dict (as read from TOML). Raises ConfigError."""
+    from plants.base import load_plant_module
+
+    if not isinstance(data, dict):
+        raise ConfigError("", "a scenario is a table of sections", source=source)
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("", problems=_problems(exc), source=source) from None
+    problems: list[tuple[str, str]] = []
+    sections: dict[str, Any] = {}
+    for key, (module, cls_name) in SUBSYSTEM_SECTIONS.items():
+        raw = data.get(key)
+        if raw is None:
+            continue
+        model = _optional_section(module, cls_name)
+        try:
+            sections[key] = model.model_validate(raw)
+        except ValidationError as exc:
+            problems += _problems(exc, (key,))
+    if problems:
+        raise ConfigError("", problems=problems, source=source)
+    sc = sc.model_copy(update=sections)
+    try:
+        spec = load_plant_module(sc.plant.model).SPEC
+    except ValueError as exc:
+        raise ConfigError("plant.model", str(exc), source=source) from None
+    problems = _check_core_against_spec(sc, spec)
+    for key in SUBSYSTEM_SECTIONS:
+        section = getattr(sc, key)
+        if section is not None and hasattr(section, "validate_against"):
+            problems += section.validate_against(spec, sc)
+    if problems:
+        raise ConfigError("", problems=problems, source=source)
+    return sc
+
+
+def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
+    """Read and validate a scenario TOML file; `overrides` are merged per section first."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("", f"cannot read scenario: {exc.strerror}", source=str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
+    for section, values in (overrides or {}).items():
+        data.setdefault(section, {}).update(values)
+    return parse_scenario(data, source=str(path))

@@ -1,0 +1,261 @@
+"""The process image: current inputs and outputs in shared memory, as in a PLC.
+
+The image is the one exchange point between the loop and everything else (protocol
+servers, bus bridge, tests). It lives in a POSIX shared-memory block, so processes that
+did not start each other can attach by name.
+
+Layout (all little-endian, 8-byte aligned):
+
+    header   int64[16]   counters and timestamps (see H_* below)
+    clock    float64[2]  sim time of the published outputs (s), spare
+    inputs   float64[n_inputs]   commanded inputs, written by the drivers (PLC side)
+    outputs  float64[n_outputs]  measured outputs, written by the loop only
+    applied  float64[n_inputs]   inputs as applied to the plant, written by the loop only
+
+Consistency: two seqlocks. `outputs`+`applied`+clock have one writer (the loop): it makes
+the sequence odd, writes, makes it even; a reader copies and retries if the sequence was
+odd or changed. `inputs` may have several writers (Modbus and OPC UA server processes, a
+test): writers serialize on an `flock` of a lock file, then use the inputs seqlock so that
+the loop never takes a lock and never sees a torn multi-register write. The loop retries a
+torn read a bounded number of times and otherwise keeps its previous inputs (counted), so a
+writer descheduled mid-write can never stall the loop.
+
+Ordering relies on x86-64's total store order and on every access being an opaque numpy
+call from Python (no compiler reordering across them).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from multiprocessing import shared_memory, resource_tracker
+
+import numpy as np
+
+MAGIC = 0x48494C494D414745  # "HILIMAGE"
+VERSION = 1
+
+H_MAGIC = 0
+H_VERSION = 1
+H_N_INPUTS = 2
+H_N_OUTPUTS = 3
+H_OUT_SEQ = 4  # seqlock of outputs/applied/clock
+H_IN_SEQ = 5  # seqlock of inputs
+H_STEP = 6  # loop step index of the published outputs
+H_PUBLISH_NS = 7  # time.monotonic_ns() when the outputs were published
+H_IN_WRITES = 8  # number of completed input writes
+H_IN_WRITE_NS = 9  # time.monotonic_ns() of the last completed input write
+H_IN_APPLIED_WRITES = 10  # H_IN_WRITES value the loop saw at its last input read
+H_LOOP_STATE = 11  # one of LOOP_STATES
+H_TORN_READS = 12  # loop input reads that gave up after retries
+H_PERIOD_NS = 13  # loop wall period (ns), 0 in lockstep
+N_HEADER = 16
+N_CLOCK = 2
+
+LOOP_STATES = ("configured", "running", "stopped", "failed")
+
+
+def _shm_unregister(shm: shared_memory.SharedMemory) -> None:
+    # Attaching processes must not unlink the block when they exit (bpo-39959).
+    try:
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+    except Exception:
+        pass
+
+
+@dataclass(frozen=True)
+class OutputSnapshot:
+    """A consistent copy of what the loop last published."""
+
+    step: int
+    sim_time_s: float
+    publish_ns: int
+    outputs: np.ndarray
+    applied: np.ndarray
+
+
+class ProcessImage:
+    """Attach to (or create) the shared-memory image named `name`."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, owner: bool):
+        self._shm = shm
+        self.owner = owner
+        self.name = shm.name
+        buf = shm.buf
+        self.header = np.ndarray((N_HEADER,), dtype=np.int64, buffer=buf, offset=0)
+        if self.header[H_MAGIC] != MAGIC:
+            raise ValueError(f"shared memory {shm.name!r} is not a hil process image")
+        n_in = int(self.header[H_N_INPUTS])
+        n_out = int(self.header[H_N_OUTPUTS])
+        off = N_HEADER * 8
+        self.clock = np.ndarray((N_CLOCK,), dtype=np.float64, buffer=buf, offset=off)
+        off += N_CLOCK * 8
+        self.inputs = np.ndarray((n_in,), dtype=np.float64, buffer=buf, offset=off)
+        off += n_in * 8
+        self.outputs = np.ndarray((n_out,), dtype=np.float64, buffer=buf, offset=off)
+        off += n_out * 8
+        self.applied = np.ndarray((n_in,), dtype=np.float64, buffer=buf, offset=off)
+        self.n_inputs = n_in
+        self.n_outputs = n_out
+        self._lock_path = f"/dev/shm/{self.name.lstrip('/')}.lock"
+        self._lock_fd: int | None = None
+
+    # ---- life cycle ----
+    @staticmethod
+    def nbytes(n_inputs: int, n_outputs: int) -> int:
+        return (N_HEADER + N_CLOCK + 2 * n_inputs + n_outputs) * 8
+
+    @classmethod
+    def create(cls, n_inputs: int, n_outputs: int, name: str | None = None) -> "ProcessImage":
+        """Create a new image (the runtime does this once); `name` defaults to a unique one."""
+        name = name or f"hil_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+        shm = shared_memory.SharedMemory(
+            name=name, create=True, size=cls.nbytes(n_inputs, n_outputs)
+        )
+        header = np.ndarray((N_HEADER,), dtype=np.int64, buffer=shm.buf, offset=0)
+        header[:] = 0
+        header[H_VERSION] = VERSION
+        header[H_N_INPUTS] = n_inputs
+        header[H_N_OUTPUTS] = n_outputs
+        header[H_MAGIC] = MAGIC
+        del header
+        img = cls(shm, owner=True)
+        img.clock[:] = 0.0
+        img.inputs[:] = 0.0
+        img.outputs[:] = np.nan
+        img.applied[:] = np.nan
+        open(img._lock_path, "a").close()
+        return img
+
+    @classmethod
+    def attach(cls, name: str) -> "ProcessImage":
+        """Attach to an image another process created."""
+        shm = shared_memory.SharedMemory(name=name, create=False)
+        _shm_unregister(shm)
+        return cls(shm, owner=False)
+
+    def close(self) -> None:
+        """Detach; the creator also removes the block and its lock file."""
+        for attr in ("header", "clock", "inputs", "outputs", "applied"):
+            setattr(self, attr, None)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        try:
+            self._shm.close()
+        except BufferError:
+            return  # a caller still holds a view; the OS frees it at exit
+        if self.owner:
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:
+                pass
+            try:
+                os.unlink(self._lock_path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "ProcessImage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- loop side (single writer of outputs) ----
+    def publish(self, outputs: np.ndarray, applied: np.ndarray, step: int, sim_time_s: float) -> None:
+        """Write measured outputs and applied inputs atomically for readers."""
+        h = self.header
+        h[H_OUT_SEQ] += 1  # odd: write in progress
+        self.outputs[:] = outputs
+        self.applied[:] = applied
+        self.clock[0] = sim_time_s
+        h[H_STEP] = step
+        h[H_PUBLISH_NS] = time.monotonic_ns()
+        h[H_OUT_SEQ] += 1  # even: stable
+
+    def read_inputs_into(self, dst: np.ndarray, max_tries: int = 64) -> bool:
+        """Copy the commanded inputs into dst; False (dst untouched) if every try was torn."""
+        h = self.header
+        for _ in range(max_tries):
+            s0 = int(h[H_IN_SEQ])
+            if s0 & 1:
+                continue
+            writes = int(h[H_IN_WRITES])
+            np.copyto(dst, self.inputs)
+            if int(h[H_IN_SEQ]) == s0:
+                h[H_IN_APPLIED_WRITES] = writes
+                return True
+        h[H_TORN_READS] += 1
+        return False
+
+    def set_loop_state(self, state: str) -> None:
+        self.header[H_LOOP_STATE] = LOOP_STATES.index(state)
+
+    @property
+    def loop_state(self) -> str:
+        return LOOP_STATES[int(self.header[H_LOOP_STATE])]
+
+    # ---- driver side (many writers of inputs) ----
+    def _lock(self) -> int:
+        if self._lock_fd is None:
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        return self._lock_fd
+
+    def write_inputs(self, indices, values) -> int:
+        """Write values to the inputs at `indices` as one atomic update; returns write count.
+
+        Validation (bounds, ownership, finiteness) is the caller's job: the image stores
+        what it is given.
+        """
+        fd = self._lock()
+        try:
+            h = self.header
+            h[H_IN_SEQ] += 1
+            self.inputs[np.asarray(indices, dtype=np.intp)] = values
+            h[H_IN_SEQ] += 1
+            h[H_IN_WRITES] += 1
+            h[H_IN_WRITE_NS] = time.monotonic_ns()
+            return int(h[H_IN_WRITES])
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def read_inputs(self) -> np.ndarray:
+        """A consistent copy of the commanded inputs (readers other than the loop)."""
+        dst = np.empty(self.n_inputs)
+        while not self.read_inputs_into(dst):
+            time.sleep(0)
+        return dst
+
+    # ---- reader side (servers, tests) ----
+    def snapshot(self, max_tries: int = 10_000) -> OutputSnapshot:
+        """A consistent copy of the last published outputs, applied inputs and clock."""
+        h = self.header
+        out = np.empty(self.n_outputs)
+        app = np.empty(self.n_inputs)
+        for i in range(max_tries):
+            s0 = int(h[H_OUT_SEQ])
+            if s0 & 1:
+                if i > 100:
+                    time.sleep(0)
+                continue
+            np.copyto(out, self.outputs)
+            np.copyto(app, self.applied)
+            t = float(self.clock[0])
+            step = int(h[H_STEP])
+            ns = int(h[H_PUBLISH_NS])
+            if int(h[H_OUT_SEQ]) == s0:
+                return OutputSnapshot(step, t, ns, out, app)
+        raise TimeoutError("process image: outputs stayed torn (writer died mid-publish?)")
+
+    def counters(self) -> dict[str, int]:
+        h = self.header
+        return {
+            "step": int(h[H_STEP]),
+            "input_writes": int(h[H_IN_WRITES]),
+            "input_writes_applied": int(h[H_IN_APPLIED_WRITES]),
+            "torn_input_reads": int(h[H_TORN_READS]),
+            "loop_state": LOOP_STATES[int(h[H_LOOP_STATE])],
+        }

@@ -1,0 +1,1 @@
+"""Tag maps: plant signals onto protocol addresses (Modbus) and nodes (OPC UA)."""
