@@ -245,7 +245,7 @@ def parse_scenario(data: dict, source: str | None = None) -> Scenario:
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
-    """Read and validate a scenario TOML file; `overrides` are merged per section first."""
+    """Read and validate a scenario TOML file; `overrides` (nested dict) are merged in first."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -255,6 +255,13 @@ def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
-    for section, values in (overrides or {}).items():
-        data.setdefault(section, {}).update(values)
+    _deep_merge(data, overrides or {})
     return parse_scenario(data, source=str(path))
+
+
+def _deep_merge(base: dict, over: dict) -> None:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value

@@ -57,12 +57,19 @@ N_CLOCK = 2
 LOOP_STATES = ("configured", "running", "stopped", "failed")
 
 
-def _shm_unregister(shm: shared_memory.SharedMemory) -> None:
-    # Attaching processes must not unlink the block when they exit (bpo-39959).
+def attach_untracked(name: str) -> shared_memory.SharedMemory:
+    """Attach to an existing block without registering it with the resource tracker.
+
+    Python 3.11 registers attached blocks too (bpo-39959): an unrelated process's tracker
+    would unlink the block when that process exits, and a child sharing its parent's
+    tracker would make the parent's later unlink fail. Only the creator tracks the block.
+    """
+    register = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None
     try:
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    except Exception:
-        pass
+        return shared_memory.SharedMemory(name=name, create=False)
+    finally:
+        resource_tracker.register = register
 
 
 @dataclass(frozen=True)
@@ -132,9 +139,7 @@ class ProcessImage:
     @classmethod
     def attach(cls, name: str) -> "ProcessImage":
         """Attach to an image another process created."""
-        shm = shared_memory.SharedMemory(name=name, create=False)
-        _shm_unregister(shm)
-        return cls(shm, owner=False)
+        return cls(attach_untracked(name), owner=False)
 
     def close(self) -> None:
         """Detach; the creator also removes the block and its lock file."""

@@ -1,0 +1,141 @@
+"""The `hil` command: `hil run` here; other subcommands live in hil/commands/*.py.
+
+Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import sys
+
+import click
+
+from hil.errors import ConfigError
+
+
+def _status_printer(console):
+    """One live status line (stderr), rewritten in place on a terminal."""
+    tty = console.is_terminal
+
+    def show(status: dict) -> None:
+        line = (
+            f"t_sim {status['sim_time_s']:>10.1f} s  steps {status['steps']:>8d}  "
+            f"wall {status['wall_time_s']:>7.1f} s  lateness p99 {status['lateness_p99_us']:>8.1f} us  "
+            f"overruns {status['overruns']:>4d}  clipped {status['clipped_inputs']:>4d}  "
+            f"writes {status['input_writes']:>6d}"
+        )
+        if tty:
+            console.file.write("\r" + line)
+            console.file.flush()
+        else:
+            console.file.write(line + "\n")
+
+    return show
+
+
+def print_summary(console, summary: dict) -> None:
+    lat = summary.get("lateness_us", {})
+    console.print(
+        f"[bold]{summary['scenario']}[/bold] {summary['mode']}: {summary['state']} "
+        f"({summary['stop_reason']}) after {summary['steps']} steps, "
+        f"{summary['sim_time_s']:.1f} s simulated in {summary['wall_time_s']:.2f} s wall"
+    )
+    if summary["mode"] == "realtime":
+        console.print(
+            f"  lateness us: p50 {lat.get('p50', 0):.1f}  p99 {lat.get('p99', 0):.1f}  "
+            f"p99.9 {lat.get('p999', 0):.1f}  max {lat.get('max', 0):.1f}; overruns {summary['overruns']}; "
+            f"spin {100 * summary['spin_cpu_fraction']:.1f} % of a core"
+        )
+    console.print(
+        f"  inputs: {summary['input_writes']} image writes, {summary['clipped_inputs']} clipped to bounds, "
+        f"{summary['non_finite_inputs']} non-finite held, {summary['torn_input_reads']} torn reads skipped"
+    )
+    for w in summary.get("warnings", []):
+        console.print(f"  [yellow]warning:[/yellow] {w}")
+    if summary.get("error"):
+        console.print(f"  [red]error:[/red] {summary['error']}")
+    if summary.get("record_path"):
+        console.print(f"  recording: {summary['record_path']}")
+
+
+def parse_settings(settings) -> dict:
+    """`a.b.c=value` strings (value a TOML literal) -> nested {a: {b: {c: value}}}."""
+    import tomllib
+
+    out: dict = {}
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        path = key.strip().split(".")
+        if not sep or len(path) < 2 or not all(path):
+            raise ConfigError(f"--set {item}", "expected SECTION.KEY=VALUE")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()  # a bare word: take it as a string
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+@click.group()
+@click.version_option(package_name="hil")
+def main() -> None:
+    """hil: hardware-in-the-loop runtime for sim-to-real control."""
+
+
+@main.command("run")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--duration", type=float, default=None, help="Simulated seconds (default: loop.duration_s).")
+@click.option("--lockstep", is_flag=True, help="No wall clock: as fast as possible, deterministic.")
+@click.option("--record", "record_path", default=None, help="Recording directory (default: recording.path).")
+@click.option("--no-record", is_flag=True, help="Do not record.")
+@click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
+@click.option("--quiet", is_flag=True, help="No live status line.")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a scenario value (TOML literal), e.g. --set loop.time_scale=1000.")
+def run_command(config, duration, lockstep, record_path, no_record, as_json, quiet, settings) -> None:
+    """Run the scenario CONFIG (a TOML file)."""
+    from rich.console import Console
+
+    from hil.config import load_scenario
+    from hil.runtime import Runtime
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        scenario = load_scenario(config, parse_settings(settings))
+        if duration is not None and not duration > 0:
+            raise ConfigError("--duration", f"{duration} is not a positive number of seconds")
+        runtime = Runtime(scenario, lockstep=lockstep, duration_s=duration,
+                          record=False if no_record else None, record_path=record_path,
+                          scenario_path=str(config))
+    except ConfigError as exc:
+        err.print(f"[red]config error[/red] {exc}")
+        sys.exit(2)
+    with runtime:
+        summary = runtime.run(None if quiet else _status_printer(err)).as_dict()
+    if not quiet and err.is_terminal:
+        err.file.write("\n")
+    print_summary(err, summary)
+    if as_json:
+        click.echo(json.dumps(summary, default=str))
+    sys.exit(0 if summary["state"] == "stopped" else 1)
+
+
+def _register_commands() -> None:
+    import hil.commands as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"hil.commands.{info.name}")
+        command = getattr(module, "command", None)
+        if isinstance(command, click.Command):
+            main.add_command(command)
+
+
+_register_commands()
+
+if __name__ == "__main__":
+    main()

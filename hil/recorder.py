@@ -1,0 +1,206 @@
+"""Recording: the loop appends one row per step to a shared-memory ring; a separate
+recorder process drains it into Parquet parts.
+
+Why a process: writing Parquet holds the GIL for stretches of Python code; in the loop's
+interpreter that shows up as late wake-ups. The loop's per-step cost is one row copy.
+
+On disk, a recording is a directory:
+
+    meta.json              scenario, plant spec (units), columns, drawn randomization, summary
+    part-000000.parquet    rows, written every `flush_interval_s` of wall time
+    part-000001.parquet    ...
+
+Each part is written to a temporary name and renamed, so a run killed with SIGKILL leaves
+only whole parts: it loses at most the last flush interval (default 1 s), and
+`pandas.read_parquet(directory)` or `read_recording(directory)` reads the rest. If only the
+loop is killed, the recorder notices its parent is gone and writes what the ring still
+holds before it exits.
+
+Columns: step, t_s (simulated s at the end of the step), wall_ns (monotonic ns at the
+start of the step), lateness_us, cmd.<input> (commanded), app.<input> (applied to the
+plant), x.<state> (true state), y.<output> (true output), meas.<output> (measured, as
+served), all float64, plant units.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from multiprocessing import shared_memory
+from pathlib import Path
+
+import numpy as np
+
+from hil.image import attach_untracked
+
+# ring header (int64): write count, read count, closed flag, dropped rows, n_cols, capacity
+R_WRITE, R_READ, R_CLOSED, R_DROPPED, R_NCOLS, R_CAP = range(6)
+N_RING_HEADER = 8
+
+
+def columns_for(spec) -> list[str]:
+    """Column names of a recording of a plant with this spec, in row order."""
+    return (
+        ["step", "t_s", "wall_ns", "lateness_us"]
+        + [f"cmd.{n}" for n in spec.names("inputs")]
+        + [f"app.{n}" for n in spec.names("inputs")]
+        + [f"x.{n}" for n in spec.names("states")]
+        + [f"y.{n}" for n in spec.names("outputs")]
+        + [f"meas.{n}" for n in spec.names("outputs")]
+    )
+
+
+def _write_part(directory: Path, index: int, columns: list[str], rows: np.ndarray) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrays = [pa.array(rows[:, j]) for j in range(rows.shape[1])]
+    table = pa.Table.from_arrays(arrays, names=columns)
+    tmp = directory / f".part-{index:06d}.parquet.tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, directory / f"part-{index:06d}.parquet")
+
+
+def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_interval_s: float, parent_pid: int) -> None:
+    """Recorder process: drain the ring into parts until closed or orphaned."""
+    from hil.rt import set_normal
+
+    set_normal()
+    shm = attach_untracked(shm_name)
+    header = np.ndarray((N_RING_HEADER,), dtype=np.int64, buffer=shm.buf)
+    cap, ncols = int(header[R_CAP]), int(header[R_NCOLS])
+    ring = np.ndarray((cap, ncols), dtype=np.float64, buffer=shm.buf, offset=N_RING_HEADER * 8)
+    out = Path(directory)
+    part = 0
+    while True:
+        closed = bool(header[R_CLOSED])
+        orphaned = os.getppid() != parent_pid
+        w, r = int(header[R_WRITE]), int(header[R_READ])
+        if w > r:
+            idx = np.arange(r, w) % cap
+            rows = ring[idx].copy()
+            header[R_READ] = w  # after the copy: the loop may reuse these slots now
+            _write_part(out, part, columns, rows)
+            part += 1
+        if closed or orphaned:
+            break
+        deadline = time.monotonic() + flush_interval_s
+        while time.monotonic() < deadline and not header[R_CLOSED] and os.getppid() == parent_pid:
+            # wake early if the ring is more than half full (fast lockstep runs)
+            if int(header[R_WRITE]) - int(header[R_READ]) > cap // 2:
+                break
+            time.sleep(min(0.05, flush_interval_s))
+    del header, ring
+    shm.close()
+
+
+class Recorder:
+    """Loop-side handle: `append(row)` per step; `close()` flushes and waits for the writer.
+
+    capacity: ring rows; in real time a full ring drops rows (counted), in lockstep the loop
+    waits for the writer (back-pressure), so lockstep recordings are complete.
+    """
+
+    def __init__(self, directory: str | Path, columns: list[str], meta: dict, *, flush_interval_s: float = 1.0,
+                 capacity: int = 1 << 16, block_when_full: bool = False):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.columns = columns
+        self.meta = dict(meta, columns=columns)
+        self.block_when_full = block_when_full
+        self.write_meta()
+        ncols = len(columns)
+        size = N_RING_HEADER * 8 + capacity * ncols * 8
+        self._shm = shared_memory.SharedMemory(create=True, size=size)
+        self.header = np.ndarray((N_RING_HEADER,), dtype=np.int64, buffer=self._shm.buf)
+        self.header[:] = 0
+        self.header[R_NCOLS] = ncols
+        self.header[R_CAP] = capacity
+        self.ring = np.ndarray((capacity, ncols), dtype=np.float64, buffer=self._shm.buf, offset=N_RING_HEADER * 8)
+        self.capacity = capacity
+        ctx = mp.get_context("spawn")
+        self._proc = ctx.Process(
+            target=_recorder_main,
+            args=(self._shm.name, str(self.directory), columns, flush_interval_s, os.getpid()),
+            name="hil-recorder",
+            daemon=False,
+        )
+        self._proc.start()
+        self._w = 0
+
+    def write_meta(self, **extra) -> None:
+        self.meta.update(extra)
+        tmp = self.directory / ".meta.json.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=1, default=_json_default))
+        os.replace(tmp, self.directory / "meta.json")
+
+    def append(self, row: np.ndarray) -> bool:
+        """Copy one row into the ring; False if it was dropped (ring full, real time)."""
+        h = self.header
+        if self._w - int(h[R_READ]) >= self.capacity:
+            if not self.block_when_full:
+                h[R_DROPPED] += 1
+                return False
+            while self._w - int(h[R_READ]) >= self.capacity:
+                if not self._proc.is_alive():
+                    raise RuntimeError("recorder process died")
+                time.sleep(0.001)
+        self.ring[self._w % self.capacity] = row
+        self._w += 1
+        h[R_WRITE] = self._w  # publish after the row is written (x86 store order)
+        return True
+
+    @property
+    def dropped(self) -> int:
+        return int(self.header[R_DROPPED])
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def close(self, timeout_s: float = 60.0, **meta) -> None:
+        """Flush everything, wait for the writer, finalize meta.json."""
+        if self.header is None:
+            return
+        self.header[R_CLOSED] = 1
+        self._proc.join(timeout_s)
+        if self._proc.is_alive():
+            self._proc.terminate()
+        meta.setdefault("dropped_rows", self.dropped)
+        self.write_meta(**meta)
+        self.header = None
+        self.ring = None
+        self._shm.close()
+        self._shm.unlink()
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def read_recording(path: str | Path):
+    """A recording directory as a pandas DataFrame sorted by step (whole parts only)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    parts = sorted(path.glob("part-*.parquet"))
+    if not parts:
+        cols = json.loads((path / "meta.json").read_text()).get("columns", [])
+        return pd.DataFrame(columns=cols)
+    frames = [pq.read_table(p).to_pandas() for p in parts]
+    df = pd.concat(frames, ignore_index=True).sort_values("step", kind="stable").reset_index(drop=True)
+    df["step"] = df["step"].astype("int64")
+    return df
+
+
+def read_meta(path: str | Path) -> dict:
+    return json.loads((Path(path) / "meta.json").read_text())

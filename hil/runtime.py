@@ -1,0 +1,428 @@
+"""The loop and its wiring: one scenario, one plant, one process image, one clock.
+
+Mode state machine (after FMI 3): configured -> running -> stopped | failed.
+
+Every step k (simulated time t = k * step_s, plant units inside the plant):
+
+    clock.wait()                          real time: absolute deadline; lockstep: returns
+    read commanded inputs                 image (driver "plc"), profiles/fixed, bus ("bus")
+    clip to the spec's physical bounds    clipped commands counted; non-finite ones held
+    gaps.actuate(t, u_cmd -> u_applied)   actuator gap + actuation delay
+    plant.step(dt)                        Numba kernel, zero-order hold on u
+    plant outputs -> gaps.sense(t + dt)   sensor gap + observation delay
+    image.publish(measured, applied)      what PLCs and SCADA read
+    bus.after_step(...)                   observation for the policy
+    recorder.append(row)                  one row copy into the ring
+
+Names are resolved to index arrays in `__init__`; the per-step path touches arrays only.
+Protocol servers, the recorder, the policy and the safety wrapper run in their own
+processes (the loop's interpreter must not share its GIL with asyncio servers); they are
+started before the loop raises its own priority, since children inherit SCHED_FIFO.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from hil import rt
+from hil.clock import LockstepClock, RealtimeClock
+from hil.config import Scenario
+from hil.errors import PlantDiverged
+from hil.image import ProcessImage
+from hil.recorder import Recorder, columns_for
+from plants.base import Plant
+
+DRIVERS = ("plc", "fixed", "profile", "bus")
+
+
+@dataclass
+class RunSummary:
+    """What a run did; `as_dict()` is the CLI's --json object."""
+
+    scenario: str
+    mode: str  # "realtime" | "lockstep"
+    state: str  # "stopped" | "failed"
+    stop_reason: str
+    steps: int = 0
+    sim_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    period_s: float = 0.0
+    overruns: int = 0
+    late_steps: int = 0
+    lateness_us: dict = field(default_factory=dict)
+    spin_cpu_fraction: float = 0.0
+    clipped_inputs: int = 0
+    non_finite_inputs: int = 0
+    torn_input_reads: int = 0
+    input_writes: int = 0
+    dropped_rows: int = 0
+    record_path: str | None = None
+    warnings: list = field(default_factory=list)
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        d.update(self.extra)
+        return d
+
+
+class _Profile:
+    """Piecewise-constant command: value of the last point with t_point <= t."""
+
+    def __init__(self, index: int, points: list[tuple[float, float]]):
+        self.index = index
+        self.times = np.array([p[0] for p in points])
+        self.values = np.array([p[1] for p in points])
+        self.pos = -1
+
+    def apply(self, t_s: float, u: np.ndarray) -> None:
+        while self.pos + 1 < self.times.size and self.times[self.pos + 1] <= t_s:
+            self.pos += 1
+            u[self.index] = self.values[self.pos]
+
+
+def _record_dir(scenario: Scenario, override: str | None) -> Path:
+    template = override or scenario.recording.path
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return Path(template.format(scenario=scenario.name, timestamp=stamp))
+
+
+class Runtime:
+    """Configure once, run once. `image` is created here unless an existing name is given."""
+
+    def __init__(self, scenario: Scenario, *, lockstep: bool = False, duration_s: float | None = None,
+                 record: bool | None = None, record_path: str | None = None, image_name: str | None = None,
+                 start_servers: bool | None = None, start_processes: bool = True,
+                 scenario_path: str | None = None):
+        self.scenario = sc = scenario
+        self.lockstep = lockstep
+        self.scenario_path = scenario_path
+        self.state = "configured"
+        self.warnings: list[str] = []
+        self.duration_s = float(duration_s if duration_s is not None else sc.loop.duration_s)
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise ValueError(f"duration must be a positive number of seconds, not {duration_s}")
+        self.step_s = sc.loop.step_s
+        self.n_steps = int(round(self.duration_s / self.step_s))
+
+        # ---- plant ----
+        self.plant = Plant.from_name(sc.plant.model, sc.plant.substeps)
+        self.spec = spec = self.plant.spec
+        self.time_unit_s = float(getattr(self.plant.module, "TIME_UNIT_S", 1.0))
+        self.dt_plant = self.step_s / self.time_unit_s
+        for name, value in sc.plant.parameters.items():
+            self.plant.p[spec.index("params", name)] = value
+        for name, value in sc.plant.initial_state.items():
+            self.plant.x[spec.index("states", name)] = value
+        self.plant.u[:] = spec.nominal("inputs")
+        self.initial_snapshot = self.plant.snapshot()
+        self._warm_up()
+
+        # ---- inputs by driver (names -> indices once) ----
+        n_in, n_out = spec.n_inputs, spec.n_outputs
+        self.u_cmd = spec.nominal("inputs")
+        drivers = {name: "plc" for name in spec.names("inputs")}
+        self.profiles: list[_Profile] = []
+        for name, inp in sc.inputs.items():
+            i = spec.index("inputs", name)
+            drivers[name] = inp.driver
+            if inp.value is not None:
+                self.u_cmd[i] = inp.value
+            if inp.driver == "profile":
+                self.profiles.append(_Profile(i, list(inp.profile)))
+        self.drivers = drivers
+        self.plc_idx = np.array([spec.index("inputs", n) for n, d in drivers.items() if d == "plc"], dtype=np.intp)
+        self.u_lo, self.u_hi = spec.lows("inputs"), spec.highs("inputs")
+        self.u_image = np.zeros(n_in)
+        self.u_clip = np.zeros(n_in)
+        self.u_app = self.u_cmd.copy()
+        self.y_meas = np.zeros(n_out)
+        self.clipped_inputs = 0
+        self.non_finite_inputs = 0
+
+        # ---- process image ----
+        if image_name:
+            self.image = ProcessImage.attach(image_name)
+            self._own_image = False
+        else:
+            self.image = ProcessImage.create(n_in, n_out)
+            self._own_image = True
+        if (self.image.n_inputs, self.image.n_outputs) != (n_in, n_out):
+            raise ValueError("process image does not match the plant's inputs/outputs")
+        # the image starts out holding the initial commands, so PLCs read sane values
+        self.image.write_inputs(np.arange(n_in), self.u_cmd)
+
+        # ---- gaps (identity when not configured) ----
+        self.gaps = None
+        if sc.gaps is not None:
+            from hil.gaps.pipeline import GapPipeline
+
+            self.gaps = GapPipeline.build(sc.gaps, spec, self.step_s, sc.loop.seed)
+        self.drawn: dict[str, float] = self.gaps.randomize(self.plant.p, 0) if self.gaps else {}
+
+        # ---- bus (policy / safety) ----
+        self.bus = None
+        if sc.bus is not None:
+            from hil.bus import LoopBusEndpoint
+
+            self.bus = LoopBusEndpoint.build(sc.bus, sc, spec)
+
+        # ---- recording ----
+        self.record = sc.recording.enabled if record is None else record
+        self.record_path = _record_dir(sc, record_path) if self.record else None
+        self.columns = columns_for(spec)
+        self.row = np.zeros(len(self.columns))
+        self.decimate = sc.recording.decimate
+        self.recorder: Recorder | None = None
+
+        # ---- clock ----
+        if lockstep:
+            self.clock = LockstepClock()
+        else:
+            self.clock = RealtimeClock(sc.loop.period_s, sc.loop.spin_us * 1e-6)
+        want_servers = (not lockstep) if start_servers is None else start_servers
+        self.start_servers = want_servers and (sc.modbus is not None or sc.opcua is not None)
+        self.start_processes = start_processes
+        self._children: list = []
+        self._stop = False
+
+    def _warm_up(self) -> None:
+        """Compile (or load from cache) every kernel before the clock starts."""
+        self.plant.step(self.dt_plant)
+        self.plant.compute_outputs()
+        self.plant.restore(self.initial_snapshot)
+        self.plant.compute_outputs()
+
+    # ---- life cycle ----
+    def _start_children(self) -> None:
+        """Start every helper process, before this process raises its priority."""
+        if self.record:
+            meta = {
+                "scenario": self.scenario.model_dump(mode="json"),
+                "plant": self.spec.name,
+                "step_s": self.step_s,
+                "mode": "lockstep" if self.lockstep else "realtime",
+                "units": {f"{k}.{q.name}": q.unit for k, qs in (("x", self.spec.states), ("cmd", self.spec.inputs),
+                          ("y", self.spec.outputs)) for q in qs},
+                "randomized": self.drawn,
+                "started_utc": datetime.now(timezone.utc).isoformat(),
+            }
+            self.recorder = Recorder(self.record_path, self.columns, meta,
+                                     flush_interval_s=self.scenario.recording.flush_interval_s,
+                                     block_when_full=self.lockstep)
+        if self.start_servers and self.start_processes:
+            from adapters.process import start_servers
+
+            self._children += start_servers(self.scenario, self.image.name)
+        if self.scenario.policy is not None and self.start_processes and getattr(self.scenario.policy, "launch", False):
+            from hil.safety import launch
+
+            self._policy_handles = launch.start(self.scenario, self.scenario_path or "")
+        else:
+            self._policy_handles = None
+
+    def _stop_children(self) -> None:
+        if self._policy_handles is not None:
+            from hil.safety import launch
+
+            launch.stop(self._policy_handles)
+            self._policy_handles = None
+        if self._children:
+            from adapters.process import stop_servers
+
+            stop_servers(self._children)
+            self._children = []
+
+    def _raise_priority(self) -> None:
+        if self.lockstep:
+            return
+        loop = self.scenario.loop
+        for warn in (rt.set_timer_slack(1), rt.pin_cpu(loop.cpu), rt.lock_memory() if loop.priority else None,
+                     rt.set_fifo(loop.priority)):
+            if warn:
+                self.warnings.append(warn)
+
+    def request_stop(self, *_args) -> None:
+        self._stop = True
+
+    def run(self, on_status: Callable[[dict], None] | None = None) -> RunSummary:
+        """Run to the duration (or a stop request / plant failure); returns the summary."""
+        if self.state != "configured":
+            raise RuntimeError(f"runtime is {self.state}; a Runtime runs once")
+        old_handlers = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                old_handlers[sig] = signal.signal(sig, self.request_stop)
+            except ValueError:  # not the main thread
+                pass
+        summary = RunSummary(self.scenario.name, "lockstep" if self.lockstep else "realtime", "stopped",
+                             "duration reached", period_s=0.0 if self.lockstep else self.scenario.loop.period_s)
+        try:
+            self._start_children()
+            self._raise_priority()
+            self._publish_initial()
+            self.image.set_loop_state("running")
+            self.state = "running"
+            self._loop(summary, on_status)
+        except PlantDiverged as exc:
+            self.state = summary.state = "failed"
+            summary.stop_reason = "plant diverged"
+            summary.error = str(exc)
+        finally:
+            if self.state == "running":
+                self.state = "stopped"
+            rt.set_normal()
+            self.image.set_loop_state(self.state)
+            self._finish(summary)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+        return summary
+
+    def _publish_initial(self) -> None:
+        y = self.plant.compute_outputs()
+        if self.gaps is not None:
+            self.gaps.sense(0.0, y, self.y_meas)
+        else:
+            np.copyto(self.y_meas, y)
+        self.image.publish(self.y_meas, self.u_app, 0, 0.0)
+
+    def _loop(self, summary: RunSummary, on_status) -> None:
+        plant, image, clock, gaps, bus, rec = self.plant, self.image, self.clock, self.gaps, self.bus, self.recorder
+        u_cmd, u_image, u_clip, u_app, y_meas = self.u_cmd, self.u_image, self.u_clip, self.u_app, self.y_meas
+        lo, hi, plc_idx, profiles = self.u_lo, self.u_hi, self.plc_idx, self.profiles
+        row, step_s, dt, decimate = self.row, self.step_s, self.dt_plant, self.decimate
+        n_in, n_st, n_out = self.spec.n_inputs, self.spec.n_states, self.spec.n_outputs
+        o_cmd = 4
+        o_app, o_x = o_cmd + n_in, o_cmd + 2 * n_in
+        o_y = o_x + n_st
+        o_meas = o_y + n_out
+        status_every = self.scenario.loop.status_interval_s
+        next_status = time.monotonic() + status_every
+        lockstep = self.lockstep
+        clock.start(0.0 if lockstep else 0.05)
+        k = 0
+        for k in range(self.n_steps):
+            if self._stop:
+                summary.stop_reason = "stop requested"
+                break
+            late_ns = clock.wait()
+            wall_ns = time.monotonic_ns()
+            t = k * step_s
+            # 1. commanded inputs
+            if image.read_inputs_into(u_image):
+                u_cmd[plc_idx] = u_image[plc_idx]
+            for prof in profiles:
+                prof.apply(t, u_cmd)
+            if bus is not None:
+                bus.before_step(k, t, u_cmd, lockstep)
+            # 2. clip to physical bounds; a non-finite command holds the previous one
+            np.clip(u_cmd, lo, hi, out=u_clip)
+            if not np.array_equal(u_clip, u_cmd):
+                bad = ~np.isfinite(u_cmd)
+                if bad.any():
+                    self.non_finite_inputs += int(bad.sum())
+                    u_clip[bad] = plant.u[bad]
+                self.clipped_inputs += int(np.count_nonzero(u_clip != u_cmd) - bad.sum())
+            # 3. actuator gap, plant, sensor gap
+            if gaps is not None:
+                gaps.actuate(t, u_clip, u_app)
+            else:
+                np.copyto(u_app, u_clip)
+            plant.u[:] = u_app
+            plant.step(dt)
+            if not np.isfinite(plant.x).all():
+                if rec is not None:
+                    self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
+                    rec.append(row)
+                summary.steps = k + 1
+                raise PlantDiverged(plant.first_non_finite_state(), k, t + step_s)
+            y_true = plant.compute_outputs()
+            if gaps is not None:
+                gaps.sense(t + step_s, y_true, y_meas)
+            else:
+                np.copyto(y_meas, y_true)
+            # 4. publish
+            image.publish(y_meas, u_app, k + 1, t + step_s)
+            if bus is not None:
+                bus.after_step(k, t + step_s, y_meas, u_app)
+            if rec is not None and k % decimate == 0:
+                self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
+                rec.append(row)
+            if on_status is not None and time.monotonic() >= next_status:
+                next_status += status_every
+                on_status(self._status(k + 1))
+        else:
+            k = self.n_steps
+            summary.steps = k
+            return
+        summary.steps = k
+
+    def _fill_row(self, row, k, t_end, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas) -> None:
+        row[0] = k
+        row[1] = t_end
+        row[2] = wall_ns
+        row[3] = late_ns * 1e-3
+        row[o_cmd:o_app] = self.u_cmd
+        row[o_app:o_x] = self.u_app
+        row[o_x:o_y] = self.plant.x
+        row[o_y:o_meas] = self.plant.y
+        row[o_meas:] = self.y_meas
+
+    def _status(self, steps: int) -> dict:
+        lat = self.clock.lateness
+        return {
+            "steps": steps,
+            "sim_time_s": steps * self.step_s,
+            "wall_time_s": self.clock.elapsed_s(),
+            "lateness_p99_us": lat.percentile_ns(99) * 1e-3,
+            "overruns": self.clock.overruns,
+            "clipped_inputs": self.clipped_inputs,
+            "input_writes": int(self.image.counters()["input_writes"]),
+        }
+
+    def _finish(self, summary: RunSummary) -> None:
+        summary.sim_time_s = summary.steps * self.step_s
+        summary.wall_time_s = round(self.clock.elapsed_s(), 6) if self.clock.start_ns else 0.0
+        summary.overruns = self.clock.overruns
+        summary.late_steps = self.clock.late_steps
+        summary.lateness_us = self.clock.lateness.summary_us()
+        summary.spin_cpu_fraction = round(self.clock.spin_fraction(), 4)
+        summary.clipped_inputs = self.clipped_inputs
+        summary.non_finite_inputs = self.non_finite_inputs
+        counters = self.image.counters()
+        summary.torn_input_reads = counters["torn_input_reads"]
+        summary.input_writes = counters["input_writes"]
+        summary.warnings = list(self.warnings)
+        if self.bus is not None:
+            summary.extra["bus"] = self.bus.counters()
+        if self.drawn:
+            summary.extra["randomized"] = self.drawn
+        self._stop_children()
+        if self.bus is not None:
+            self.bus.close()
+        if self.recorder is not None:
+            summary.dropped_rows = self.recorder.dropped
+            self.recorder.close(summary=summary.as_dict(), state=self.state)
+            summary.dropped_rows = self.recorder.meta.get("dropped_rows", summary.dropped_rows)
+            summary.record_path = str(self.record_path)
+
+    def close(self) -> None:
+        """Release the process image (the creator removes it)."""
+        if self.image is not None:
+            self.image.close()
+            self.image = None
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
