@@ -6,7 +6,7 @@ interpreter that shows up as late wake-ups. The loop's per-step cost is one row 
 
 On disk, a recording is a directory:
 
-    meta.json              scenario, plant spec (units), columns, drawn randomization, summary
+    _meta.json             scenario, plant spec (units), columns, drawn randomization, summary
     part-000000.parquet    rows, written every `flush_interval_s` of wall time
     part-000001.parquet    ...
 
@@ -132,9 +132,9 @@ class Recorder:
 
     def write_meta(self, **extra) -> None:
         self.meta.update(extra)
-        tmp = self.directory / ".meta.json.tmp"
+        tmp = self.directory / "._meta.json.tmp"
         tmp.write_text(json.dumps(self.meta, indent=1, default=_json_default))
-        os.replace(tmp, self.directory / "meta.json")
+        os.replace(tmp, self.directory / "_meta.json")
 
     def append(self, row: np.ndarray) -> bool:
         """Copy one row into the ring; False if it was dropped (ring full, real time)."""
@@ -194,7 +194,7 @@ def read_recording(path: str | Path):
     path = Path(path)
     parts = sorted(path.glob("part-*.parquet"))
     if not parts:
-        cols = json.loads((path / "meta.json").read_text()).get("columns", [])
+        cols = json.loads((path / "_meta.json").read_text()).get("columns", [])
         return pd.DataFrame(columns=cols)
     frames = [pq.read_table(p).to_pandas() for p in parts]
     df = pd.concat(frames, ignore_index=True).sort_values("step", kind="stable").reset_index(drop=True)
@@ -203,4 +203,4 @@ def read_recording(path: str | Path):
 
 
 def read_meta(path: str | Path) -> dict:
-    return json.loads((Path(path) / "meta.json").read_text())
+    return json.loads((Path(path) / "_meta.json").read_text())

@@ -1,0 +1,163 @@
+"""Loop jitter at 1 kHz, in one run: a naive sleep loop, hil's loop, and cyclictest.
+
+    python benchmarks/loop_jitter.py [--duration S] [--priority P] [--cpu C]
+
+- naive: `time.sleep(period)` after each bioreactor step (the straightforward loop). Its
+  lateness is measured against the grid it means to keep (t0 + k*period), so drift counts;
+  `naive_interval_error` gives the per-cycle view (wake - previous wake - period) too.
+- hil: `hil run configs/bioreactor.toml` at 1 kHz (1 s plant step, time_scale 1000) with
+  recording on, at SCHED_FIFO `--priority` (if permitted) pinned to `--cpu`, as a
+  subprocess, exactly as a user runs it.
+- cyclictest (rt-tests): the OS timer floor at the same priority and CPU: one thread,
+  clock_nanosleep on absolute deadlines, mlockall, interval 1000 us.
+
+The last stdout line is one JSON object: naive, hil, cyclictest (p50_us, p99_us, p999_us,
+max_us each), hil_overruns, ratio_p99_vs_cyclictest, spin_cpu_fraction, and the settings.
+Timing is never asserted in tests; this script reports what it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hil import rt  # noqa: E402
+from hil.stats import LatencyHistogram  # noqa: E402
+
+
+def summarize(h: LatencyHistogram) -> dict:
+    s = h.summary_us()
+    return {"p50_us": s["p50"], "p99_us": s["p99"], "p999_us": s["p999"], "max_us": s["max"], "n": s["n"]}
+
+
+def naive_loop(duration_s: float, period_s: float, priority: int, cpu: int) -> dict:
+    """sleep(period) after the work; lateness against the intended grid and per cycle."""
+    from plants.base import Plant
+
+    plant = Plant.from_name("bioreactor")
+    dt = 1.0 / 3600.0
+    plant.step(dt)  # compile before timing
+    warn = [w for w in (rt.pin_cpu(cpu), rt.set_fifo(priority)) if w]
+    try:
+        grid = LatencyHistogram()
+        interval = LatencyHistogram()
+        n = int(duration_s / period_s)
+        period_ns = int(period_s * 1e9)
+        t0 = time.monotonic_ns()
+        prev = t0
+        for k in range(1, n + 1):
+            plant.step(dt)
+            plant.compute_outputs()
+            time.sleep(period_s)
+            now = time.monotonic_ns()
+            grid.record(max(0, now - (t0 + k * period_ns)))
+            interval.record(abs(now - prev - period_ns))
+            prev = now
+        drift_ms = (prev - (t0 + n * period_ns)) * 1e-6
+    finally:
+        rt.set_normal()
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    return {**summarize(grid), "interval_error": summarize(interval), "drift_ms": round(drift_ms, 3), "warnings": warn}
+
+
+def hil_loop(duration_s: float, priority: int, cpu: int, record_dir: str) -> dict:
+    cmd = [sys.executable, "-m", "hil.cli", "run", str(ROOT / "configs/bioreactor.toml"), "--json", "--quiet",
+           "--duration", str(duration_s * 1000.0), "--record", record_dir,
+           "--set", "loop.time_scale=1000.0", "--set", f"loop.priority={priority}", "--set", f"loop.cpu={cpu}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 3 + 120, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"hil run failed: {out.stderr[-2000:]}")
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    lat = summary["lateness_us"]
+    return {
+        "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p999"], "max_us": lat["max"], "n": lat["n"],
+        "overruns": summary["overruns"], "late_steps": summary["late_steps"],
+        "spin_cpu_fraction": summary["spin_cpu_fraction"], "dropped_rows": summary["dropped_rows"],
+        "warnings": summary["warnings"],
+    }
+
+
+def cyclictest(duration_s: float, priority: int, cpu: int) -> dict:
+    exe = shutil.which("cyclictest")
+    if exe is None:
+        return {"error": "cyclictest not installed (Debian package rt-tests)"}
+    loops = int(duration_s * 1000)
+    cmd = [exe, "-m", "-q", "-i", "1000", "-l", str(loops), "-h", "20000"]
+    cmd += ["-p", str(priority)] if priority > 0 else ["--policy", "other"]
+    if cpu >= 0:
+        cmd += ["-a", str(cpu)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 3 + 60)
+    if out.returncode != 0:
+        return {"error": f"cyclictest failed: {out.stderr.strip()[-500:]}"}
+    counts = np.zeros(20001, dtype=np.int64)
+    overflow = 0
+    max_us = None
+    for line in out.stdout.splitlines():
+        if line.startswith("# Max Latencies:"):
+            max_us = float(line.split(":")[1].split()[0])
+        elif line.startswith("# Histogram Overflows:"):
+            overflow = int(line.split(":")[1].split()[0])
+        elif line and line[0].isdigit():
+            us, c = line.split()[:2]
+            counts[int(us)] = int(c)
+    n = int(counts.sum()) + overflow
+    cum = np.cumsum(counts)
+
+    def pct(q: float) -> float:
+        rank = int(np.ceil(q / 100 * n))
+        idx = int(np.searchsorted(cum, rank))
+        return float(idx) if idx <= 20000 else float(max_us or 20000)
+
+    return {"p50_us": pct(50), "p99_us": pct(99), "p999_us": pct(99.9), "max_us": max_us, "n": n,
+            "resolution_us": 1.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0, help="wall seconds per contender")
+    ap.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority for all three (0 = normal)")
+    ap.add_argument("--cpu", type=int, default=1 if (os.cpu_count() or 1) > 1 else 0, help="CPU for all three")
+    args = ap.parse_args()
+    period_s = 1e-3
+    print(f"1 kHz, {args.duration:g} s each, priority {args.priority}, cpu {args.cpu}", file=sys.stderr)
+    naive = naive_loop(args.duration, period_s, args.priority, args.cpu)
+    print(f"naive   p99 {naive['p99_us']:.1f} us (drift {naive['drift_ms']:.1f} ms)", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        hil = hil_loop(args.duration, args.priority, args.cpu, os.path.join(tmp, "rec"))
+    print(f"hil     p99 {hil['p99_us']:.1f} us, overruns {hil['overruns']}", file=sys.stderr)
+    ct = cyclictest(args.duration, args.priority, args.cpu)
+    print(f"cyclict p99 {ct.get('p99_us')} us", file=sys.stderr)
+    ratio = hil["p99_us"] / ct["p99_us"] if ct.get("p99_us") else None
+    cycles = max(hil["n"], 1)
+    result = {
+        "benchmark": "loop_jitter",
+        "rate_hz": 1000,
+        "duration_s_each": args.duration,
+        "priority": args.priority,
+        "cpu": args.cpu,
+        "naive": naive,
+        "hil": hil,
+        "cyclictest": ct,
+        "hil_overruns": hil["overruns"],
+        "hil_overruns_per_10k": round(hil["overruns"] * 10_000 / cycles, 3),
+        "ratio_p99_vs_cyclictest": None if ratio is None else round(ratio, 4),
+        "hil_p999_le_cyclictest_p999": (hil["p999_us"] <= ct["p999_us"]) if ct.get("p999_us") is not None else None,
+        "spin_cpu_fraction": hil["spin_cpu_fraction"],
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
