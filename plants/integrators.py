@@ -1,7 +1,11 @@
 """Fixed-step integrators shared by the ODE plants.
 
-The derivative function is passed in as a Numba dispatcher, so each plant gets its own
-compiled specialization of the same integrator (and the cache keeps it across runs).
+The derivative function is passed in as a Numba dispatcher, so any plant can be integrated
+with them. Numba cannot cache a kernel that takes (or closes over) a dispatcher: the cache
+never hits and grows in every process. So these are not cached; they are the reference
+the plants' own cached kernels (which call their `derivatives` as a plain global, e.g.
+plants/bioreactor.py `step`) are tested against bit for bit, and the generic path for
+ad-hoc integration of a new model.
 
 Derivative contract (all float64, SI or the plant's stated units, time in the plant's
 time unit):
@@ -17,7 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def rk4_step(derivatives, t, x, u, p, dt, n_sub, work):
     """Advance x in place by dt with n_sub classical RK4 sub-steps of dt / n_sub.
 
@@ -48,7 +52,7 @@ def rk4_step(derivatives, t, x, u, p, dt, n_sub, work):
     return t + dt
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(nogil=True, parallel=True)
 def rk4_step_batch(derivatives, t, X, U, P, dt, n_sub):
     """Advance N instances in place: X (N, n_states), U (N, n_inputs), P (N, n_params).
 
@@ -61,7 +65,7 @@ def rk4_step_batch(derivatives, t, X, U, P, dt, n_sub):
         rk4_step(derivatives, t, X[j], U[j], P[j], dt, n_sub, work)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(nogil=True, parallel=True)
 def rk4_run_batch(derivatives, t, X, U, P, dt, n_sub, n_steps):
     """Advance N instances by n_steps steps of dt each, inputs held; returns nothing.
 
