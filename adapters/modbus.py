@@ -1,0 +1,263 @@
+"""Modbus TCP server over the process image (pymodbus 3.16, pinned to 3.16.x).
+
+Run it in its own process (the loop must not share a GIL with asyncio servers):
+
+    serve_forever(scenario, image_name, ready=None, stop=None, *,
+                  request_log_path=None, stats_path=None)
+
+blocks, attaches to the image by name, listens on [modbus] host:port (default
+127.0.0.1:5020), sets `ready` (a multiprocessing.Event) once listening and returns when
+`stop` is set or on SIGTERM/SIGINT, after writing the request log (format: see
+adapters/modbus_log.py) and the per-client counters (JSON) if paths were given (here or
+as [modbus] request_log / client_stats), and logging the counters. In-process (tests,
+benchmarks): `await serve(scenario, image, stop=asyncio.Event(), on_started=cb)`; the
+server object handed to `cb` has `.stats.as_dict()` and `.request_log`.
+
+How it hooks into pymodbus, and why. pymodbus 3.16 routes every request through
+`pdu.datastore_update(context, device_id)`, which calls the context's async
+`getValues`/`setValues`. Its own contexts are a register memory (SimDevice/SimData, or the
+deprecated ModbusServerContext): they would hold a second copy of the image, the
+SimDevice action hook sees register counts rather than bit counts for coil reads, and the
+context never learns which client asked. So we keep pymodbus for what it is good at
+(framing, PDU decoding and encoding) and own the dispatch: our connection handler
+(`_Handler`, a `ServerRequestHandler` subclass returned by `callback_new_connection`)
+decodes every complete frame of a segment, runs each PDU's `datastore_update` against
+our `ImageDatastore` (adapters/modbus_datastore.py: reads from the image on every
+request, all-or-nothing writes with bound checks), answers, counts exceptions for that
+peer and time-stamps the request. It never clears the receive buffer on send (pymodbus's
+default does, which loses a pipelined request's first bytes). The server is constructed
+with a placeholder SimDevice only because pymodbus's base class insists on a datastore.
+
+Function codes: 1, 2, 3, 4, 5, 6, 15, 16, 22 (mask write), 23 on the mapped tables; 7, 8,
+11, 12, 17 and 43 (identity, diagnostics) as pymodbus answers them; any other answers
+ILLEGAL FUNCTION (0x01). Pipelined requests in one TCP segment are all answered, in
+order. Unit ids served: the configured one, 0 and
+255; others answer GATEWAY TARGET FAILED TO RESPOND (0x0B), as a TCP gateway would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from pathlib import Path
+
+from pymodbus.constants import ExcCodes
+from pymodbus.exceptions import ModbusIOException
+from pymodbus.pdu import ExceptionResponse
+from pymodbus.server import ModbusTcpServer
+from pymodbus.server.requesthandler import ServerRequestHandler
+from pymodbus.simulator import DataType, SimData, SimDevice
+from pymodbus.transaction import TransactionManager
+
+from adapters.modbus_datastore import ImageDatastore
+from adapters.modbus_log import ClientStats, RequestLog
+from hil.image import ProcessImage
+from hil.tagmap.modbus import CompiledMap, compile_map
+
+log = logging.getLogger("hil.modbus")
+WRITE_FCS = frozenset({5, 6, 15, 16, 22, 23})
+# Data access on the image, plus the identity/diagnostic codes pymodbus answers by itself.
+# Others (file records 20/21, FIFO 24, which pymodbus answers with dummy data) are refused.
+SERVED_FCS = WRITE_FCS | {1, 2, 3, 4, 7, 8, 11, 12, 17, 43}
+
+
+def _request_span(pdu) -> tuple[int, int]:
+    """(first address, count) of a request for the log."""
+    if pdu.function_code == 23:
+        if getattr(pdu, "write_registers", None):
+            return pdu.write_address, len(pdu.write_registers)
+        return pdu.read_address, pdu.read_count
+    address = getattr(pdu, "address", 0)
+    if pdu.function_code in (5, 6):
+        return address, 1
+    if pdu.function_code in (15, 16):
+        return address, len(getattr(pdu, "bits", None) or getattr(pdu, "registers", None) or [])
+    return address, getattr(pdu, "count", 0) or 0
+
+
+class _Handler(ServerRequestHandler):
+    """One client connection: decode, dispatch against the image, answer, account."""
+
+    def __init__(self, owner: "ImageModbusServer"):
+        super().__init__(owner, owner.trace_packet, owner.trace_pdu, owner.trace_connect)
+        self.owner = owner
+        self.peer = "?"
+        self._tasks: set = set()  # strong references until each request is answered
+
+    def callback_connected(self) -> None:
+        super().callback_connected()
+        info = self.transport.get_extra_info("peername") if self.transport else None
+        if info:
+            self.peer = f"{info[0]}:{info[1]}"
+        self.owner.stats.connected(self.peer, time.monotonic_ns())
+
+    def callback_disconnected(self, exc: Exception | None) -> None:
+        super().callback_disconnected(exc)
+        self.owner.stats.disconnected(self.peer, time.monotonic_ns())
+
+    def send(self, data: bytes, addr: tuple | None = None) -> None:
+        if self.transport and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def callback_data(self, data: bytes, addr: tuple | None = None) -> int:
+        used_total = 0
+        while used_total < len(data):
+            t_ns = time.monotonic_ns()
+            try:
+                used = TransactionManager.callback_data(self, data[used_total:], addr)
+            except ModbusIOException as exc:  # undecodable: answer with the frame's function code
+                frame = data[used_total:]
+                fc = exc.fcode if exc.fcode is not None else (frame[7] & 0x7F if len(frame) > 7 else 0)
+                response = ExceptionResponse(fc, ExcCodes.ILLEGAL_FUNCTION, device_id=exc.dev_id,
+                                             transaction=exc.transaction_id)
+                self.pdu_send(response, addr)
+                self.owner.account(self.peer, t_ns, fc & 0x7F, exc.dev_id or 0, 0, 0,
+                                   False, int(ExcCodes.ILLEGAL_FUNCTION))
+                return len(data)
+            used_total += used
+            pdu = self.last_pdu
+            if pdu is None or used == 0:
+                break
+            task = asyncio.ensure_future(self._handle(pdu, addr, t_ns))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return used_total
+
+    async def _handle(self, pdu, addr, t_ns: int) -> None:
+        owner = self.owner
+        ds = owner.datastore
+        # The datastore never suspends (its async methods await nothing), so begin() ..
+        # last_* below belong to this request even with many connections on the loop.
+        ds.begin()
+        fc = pdu.function_code
+        if fc not in SERVED_FCS:
+            response = ExceptionResponse(fc, ExcCodes.ILLEGAL_FUNCTION)
+        elif pdu.dev_id not in ds.unit_ids:
+            response = ExceptionResponse(fc, ExcCodes.GATEWAY_NO_RESPONSE)
+        elif fc == 23 and isinstance(bad := ds.check_read(23, pdu.read_address, pdu.read_count), ExcCodes):
+            response = ExceptionResponse(fc, bad)  # FC23 refuses before writing anything
+        else:
+            try:
+                response = await pdu.datastore_update(ds, pdu.dev_id)
+            except Exception:  # nothing on the wire may take the server down
+                log.exception("request %s from %s failed", pdu, self.peer)
+                response = ExceptionResponse(fc, ExcCodes.DEVICE_FAILURE)
+        if response is None:  # e.g. "force listen only" expects no answer
+            return
+        response.transaction_id = pdu.transaction_id
+        response.dev_id = pdu.dev_id
+        self.pdu_send(response, addr)
+        exc = response.exception_code if response.isError() else 0
+        address, count = _request_span(pdu)
+        owner.account(self.peer, t_ns, fc, pdu.dev_id, address, count,
+                      fc in WRITE_FCS, int(exc), ds.last_step, ds.last_publish_ns, ds.last_write_seq)
+
+
+class ImageModbusServer(ModbusTcpServer):
+    """pymodbus TCP server whose connections are served by `_Handler` over the image."""
+
+    def __init__(self, cmap: CompiledMap, image: ProcessImage, *, host: str | None = None,
+                 port: int | None = None, request_log_size: int = 100_000, max_clients: int = 1024):
+        placeholder = SimDevice(id=0, simdata=[SimData(0, datatype=DataType.REGISTERS)])
+        super().__init__(placeholder, address=(host or cmap.host, cmap.port if port is None else port))
+        self.datastore = ImageDatastore(cmap, image)
+        self.context = self.datastore  # pymodbus's own paths (broadcast) see ours too
+        self.stats = ClientStats(max_clients)
+        self.request_log = RequestLog(request_log_size)
+
+    def callback_new_connection(self):
+        return _Handler(self)
+
+    def account(self, peer, t_ns, fc, unit, address, count, write_attempt, exc,
+                step=-1, publish_ns=-1, write_seq=-1) -> None:
+        dur = time.monotonic_ns() - t_ns
+        self.stats.request(peer, t_ns, write_attempt, exc)
+        wrote = write_seq >= 0
+        self.request_log.append((t_ns, dur, peer, unit, fc, address, count, wrote, exc,
+                                 step, publish_ns, write_seq))
+
+
+async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event | None = None,
+                *, spec=None, request_log_path=None, stats_path=None,
+                on_started=None) -> ImageModbusServer:
+    """Serve until `stop` is set (or the task is cancelled); returns the server (stats)."""
+    from plants.base import load_plant_module
+
+    section = scenario.modbus
+    if section is None:
+        raise ValueError(f"scenario {scenario.name!r} has no [modbus] section")
+    spec = spec or load_plant_module(scenario.plant.model).SPEC
+    cmap = compile_map(section, spec, scenario)
+    server = ImageModbusServer(cmap, image, request_log_size=section.request_log_size,
+                               max_clients=section.max_clients)
+    stop = stop or asyncio.Event()
+    await server.serve_forever(background=True)
+    log.info("modbus: listening on %s:%d (unit %d, %d tags)", cmap.host, cmap.port, cmap.unit_id,
+             len(cmap.tags))
+    if on_started is not None:
+        on_started(server)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await server.shutdown()
+        _report(server, request_log_path or section.request_log, stats_path or section.client_stats)
+    return server
+
+
+def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:
+    stats = server.stats.as_dict()
+    t = stats["totals"]
+    log.info("modbus: %d requests (%d writes) from %d clients, exceptions %s, %d log records dropped",
+             t["requests"], t["writes"], t["connects"], t["exceptions"] or "none",
+             server.request_log.dropped)
+    for peer, c in stats["clients"].items():
+        if c["exceptions"]:
+            log.info("modbus: client %s exceptions %s", peer, c["exceptions"])
+    if request_log_path:
+        server.request_log.dump(request_log_path)
+    if stats_path:
+        p = Path(stats_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({**stats, "request_log_dropped": server.request_log.dropped}, indent=1))
+
+
+def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
+                  request_log_path: str | None = None, stats_path: str | None = None) -> None:
+    """Process entry point: serve the image `image_name` until `stop`, SIGTERM or SIGINT."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # our log says what matters
+    image = ProcessImage.attach(image_name)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, done.set)
+            except (ValueError, RuntimeError):  # not the main thread
+                pass
+
+        async def watch_stop() -> None:
+            while not done.is_set():
+                if stop is not None and stop.is_set():
+                    done.set()
+                    return
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.ensure_future(watch_stop())
+        try:
+            await serve(scenario, image, ready, done, request_log_path=request_log_path,
+                        stats_path=stats_path)
+        finally:
+            watcher.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        image.close()
