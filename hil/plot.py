@@ -65,7 +65,7 @@ def plot_recording(path: str | Path, out_png: str | Path | None = None, signals:
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("simulated time [h]")
     fig.suptitle(title or f"{meta.get('plant', '')}: {path.name}", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     out = Path(out_png) if out_png else path / "plot.png"
     fig.savefig(out, dpi=110)
     plt.close(fig)

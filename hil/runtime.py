@@ -254,8 +254,16 @@ class Runtime:
     def request_stop(self, *_args) -> None:
         self._stop = True
 
-    def run(self, on_status: Callable[[dict], None] | None = None) -> RunSummary:
-        """Run to the duration (or a stop request / plant failure); returns the summary."""
+    def run(self, on_status: Callable[[dict], None] | None = None,
+            on_started: Callable[["Runtime"], None] | None = None,
+            on_stopping: Callable[["Runtime"], None] | None = None) -> RunSummary:
+        """Run to the duration (or a stop request / plant failure); returns the summary.
+
+        on_status(dict) is called every `loop.status_interval_s` of wall time; on_started
+        once the servers listen and before the loop raises its priority (the place to
+        start further processes, e.g. a SoftPLC, so that they do not inherit SCHED_FIFO);
+        on_stopping once the loop has stopped, before the servers do (stop clients there).
+        """
         if self.state != "configured":
             raise RuntimeError(f"runtime is {self.state}; a Runtime runs once")
         old_handlers = {}
@@ -268,6 +276,8 @@ class Runtime:
                              "duration reached", period_s=0.0 if self.lockstep else self.scenario.loop.period_s)
         try:
             self._start_children()
+            if on_started is not None:
+                on_started(self)
             self._raise_priority()
             self._publish_initial()
             self.image.set_loop_state("running")
@@ -282,6 +292,8 @@ class Runtime:
                 self.state = "stopped"
             rt.set_normal()
             self.image.set_loop_state(self.state)
+            if on_stopping is not None:
+                on_stopping(self)
             self._finish(summary)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)

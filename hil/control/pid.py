@@ -7,9 +7,9 @@ Form (positional, derivative on measurement, first-order filtered derivative):
 
     e        = setpoint - measurement            (direct acting: output rises when e > 0)
     P        = kp * e
-    I       += ki * e * dt                        (held while the output is saturated in
-                                                   the direction of e: conditional
-                                                   integration; I clamped to the range)
+    I       += ki * e * dt                        (clamped: it moves the output up to a
+                                                   limit, never past it in the direction
+                                                   of e; I alone stays within the range)
     D        = -kd * d(measurement)/dt, low-pass filtered with time constant td_filter_s
     u        = clip(bias + P + I + D, out_min, out_max)
 
@@ -73,11 +73,15 @@ class PID:
             d = self.kd * self._d_filtered
         self._last_meas = measurement
         candidate = self.integral + self.ki * e * dt
-        unclipped = self.bias + p + candidate + d
-        # Anti-windup by conditional integration: integrate only if the output is not
-        # saturated, or if the error drives it back from the limit.
-        if (unclipped <= self.out_max or e < 0) and (unclipped >= self.out_min or e > 0):
-            self.integral = candidate
+        # Anti-windup by clamping: the integral may move until the output reaches a limit,
+        # never beyond it in the direction the error pushes (it still leaves the limit at
+        # once when the error changes sign).
+        rest = self.bias + p + d
+        if e > 0 and rest + candidate > self.out_max:
+            candidate = max(self.integral, self.out_max - rest)
+        elif e < 0 and rest + candidate < self.out_min:
+            candidate = min(self.integral, self.out_min - rest)
+        self.integral = candidate
         # ... and never let the integral alone hold the output beyond its range.
         self.integral = min(max(self.integral, self.out_min - self.bias), self.out_max - self.bias)
         return self._clip(self.bias + p + self.integral + d)
