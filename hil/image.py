@@ -180,8 +180,12 @@ class ProcessImage:
         h[H_PUBLISH_NS] = time.monotonic_ns()
         h[H_OUT_SEQ] += 1  # even: stable
 
-    def read_inputs_into(self, dst: np.ndarray, max_tries: int = 64) -> bool:
-        """Copy the commanded inputs into dst; False (dst untouched) if every try was torn."""
+    def read_inputs_into(self, dst: np.ndarray, max_tries: int = 64, mark_applied: bool = True) -> bool:
+        """Copy the commanded inputs into dst; False (dst untouched) if every try was torn.
+
+        The loop reads with mark_applied=True: it records which input write it has taken
+        (write-to-effect measurement) and counts torn reads; other readers must not.
+        """
         h = self.header
         for _ in range(max_tries):
             s0 = int(h[H_IN_SEQ])
@@ -190,9 +194,11 @@ class ProcessImage:
             writes = int(h[H_IN_WRITES])
             np.copyto(dst, self.inputs)
             if int(h[H_IN_SEQ]) == s0:
-                h[H_IN_APPLIED_WRITES] = writes
+                if mark_applied:
+                    h[H_IN_APPLIED_WRITES] = writes
                 return True
-        h[H_TORN_READS] += 1
+        if mark_applied:
+            h[H_TORN_READS] += 1
         return False
 
     def set_loop_state(self, state: str) -> None:
@@ -230,9 +236,17 @@ class ProcessImage:
     def read_inputs(self) -> np.ndarray:
         """A consistent copy of the commanded inputs (readers other than the loop)."""
         dst = np.empty(self.n_inputs)
-        while not self.read_inputs_into(dst):
+        while not self.read_inputs_into(dst, mark_applied=False):
             time.sleep(0)
         return dst
+
+    def set_period(self, period_s: float) -> None:
+        """Record the loop's wall period (0 in lockstep) for servers that pace themselves."""
+        self.header[H_PERIOD_NS] = int(round(period_s * 1e9))
+
+    @property
+    def period_s(self) -> float:
+        return int(self.header[H_PERIOD_NS]) * 1e-9
 
     # ---- reader side (servers, tests) ----
     def snapshot(self, max_tries: int = 10_000) -> OutputSnapshot:

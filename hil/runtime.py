@@ -160,6 +160,7 @@ class Runtime:
             raise ValueError("process image does not match the plant's inputs/outputs")
         # the image starts out holding the initial commands, so PLCs read sane values
         self.image.write_inputs(np.arange(n_in), self.u_cmd)
+        self.image.set_period(0.0 if lockstep else sc.loop.period_s)
 
         # ---- gaps (identity when not configured) ----
         self.gaps = None
