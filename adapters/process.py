@@ -28,17 +28,22 @@ class ServerProcess:
     stop: object  # multiprocessing.Event
 
 
-def _server_main(module_name: str, scenario, image_name: str, ready, stop) -> None:
+def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwargs: dict) -> None:
     import importlib
 
     from hil.rt import set_normal
 
     set_normal()  # never inherit the loop's SCHED_FIFO
-    importlib.import_module(module_name).serve_forever(scenario, image_name, ready=ready, stop=stop)
+    importlib.import_module(module_name).serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
 
 
-def start_servers(scenario, image_name: str, timeout_s: float = 30.0) -> list[ServerProcess]:
-    """Start a server process for each of [modbus] and [opcua] the scenario configures."""
+def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
+                  modbus_request_log: str | None = None) -> list[ServerProcess]:
+    """Start a server process for each of [modbus] and [opcua] the scenario configures.
+
+    modbus_request_log: where the Modbus server dumps its per-request timing log at
+    shutdown (JSONL; `hil profile` turns it into a latency profile).
+    """
     ctx = mp.get_context("spawn")
     started: list[ServerProcess] = []
     try:
@@ -46,7 +51,8 @@ def start_servers(scenario, image_name: str, timeout_s: float = 30.0) -> list[Se
             if getattr(scenario, kind) is None:
                 continue
             ready, stop = ctx.Event(), ctx.Event()
-            proc = ctx.Process(target=_server_main, args=(module_name, scenario, image_name, ready, stop),
+            kwargs = {"request_log_path": modbus_request_log} if kind == "modbus" and modbus_request_log else {}
+            proc = ctx.Process(target=_server_main, args=(module_name, scenario, image_name, ready, stop, kwargs),
                                name=f"hil-{kind}", daemon=True)
             proc.start()
             started.append(ServerProcess(kind, proc, stop))

@@ -167,7 +167,7 @@ class Runtime:
         if sc.gaps is not None:
             from hil.gaps.pipeline import GapPipeline
 
-            self.gaps = GapPipeline.build(sc.gaps, spec, self.step_s, sc.loop.seed)
+            self.gaps = GapPipeline.build(sc.gaps, spec, self.step_s, sc.loop.seed, base_params=self.plant.p.copy())
         self.drawn: dict[str, float] = self.gaps.randomize(self.plant.p, 0) if self.gaps else {}
 
         # ---- bus (policy / safety) ----
@@ -223,7 +223,8 @@ class Runtime:
         if self.start_servers and self.start_processes:
             from adapters.process import start_servers
 
-            self._children += start_servers(self.scenario, self.image.name)
+            log = str(Path(self.record_path) / "modbus_requests.jsonl") if self.record else None
+            self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log)
         if self.scenario.policy is not None and self.start_processes and getattr(self.scenario.policy, "launch", False):
             from hil.safety import launch
 
