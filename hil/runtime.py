@@ -223,7 +223,7 @@ class Runtime:
         if self.start_servers and self.start_processes:
             from adapters.process import start_servers
 
-            log = str(Path(self.record_path) / "modbus_requests.jsonl") if self.record else None
+            log = str(Path(self.record_path) / "_modbus_requests.jsonl") if self.record else None
             self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log)
         if self.scenario.policy is not None and self.start_processes and getattr(self.scenario.policy, "launch", False):
             from hil.safety import launch

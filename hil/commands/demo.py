@@ -35,13 +35,15 @@ def _softplc_main(scenario, stop, record_path: str, results) -> None:
 @click.option("--wall", "wall_s", type=float, default=60.0, show_default=True, help="Wall seconds to run.")
 @click.option("--out", "out_dir", default=None, help="Output directory (default: runs/demo-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
-def command(config, wall_s, out_dir, as_json) -> None:
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a scenario value (TOML literal), e.g. --set modbus.port=5021.")
+def command(config, wall_s, out_dir, as_json, settings) -> None:
     """Run loop + Modbus/OPC UA servers + SoftPLC in closed loop, then plot."""
     import json
 
     from rich.console import Console
 
-    from hil.cli import _status_printer, print_summary
+    from hil.cli import _status_printer, parse_settings, print_summary
     from hil.config import load_scenario
     from hil.errors import ConfigError
     from hil.plot import plot_recording
@@ -49,7 +51,7 @@ def command(config, wall_s, out_dir, as_json) -> None:
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        scenario = load_scenario(config)
+        scenario = load_scenario(config, parse_settings(settings))
         if scenario.softplc is None or scenario.modbus is None:
             raise ConfigError("softplc", "the demo needs a scenario with [modbus] and [softplc]")
         if not wall_s > 0:

@@ -2,7 +2,7 @@
 
 SOURCE is one of:
 - a recording directory (loop step intervals and lateness; plus per-client series from a
-  Modbus request log modbus_requests.jsonl/.parquet inside it);
+  Modbus request log _modbus_requests.jsonl/.parquet inside it);
 - a Modbus request log (.jsonl / .parquet, adapters/modbus_log.py);
 - with --latencies or --timestamps: a plain file of numbers (JSON list, or one per line /
   first CSV column) holding latencies, or event timestamps whose intervals are the series.

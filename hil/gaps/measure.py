@@ -4,7 +4,8 @@ Inputs (any combination):
 - the Modbus server's request log (adapters/modbus_log.py: JSONL or Parquet with t_ns,
   dur_ns, peer, fc, wrote, exc, publish_ns, ... on the monotonic clock);
 - a recording directory (hil/recorder.py: wall_ns = monotonic ns at the start of each step,
-  lateness_us); a request log named modbus_requests.jsonl / .parquet inside it is used too.
+  lateness_us); a request log named _modbus_requests.jsonl / .parquet inside it is used too
+  (leading underscore: pandas.read_parquet(recording) skips it).
 
 Series written per client ("<peer>.<name>", wall seconds times `time_scale` = simulated s):
 
@@ -38,7 +39,7 @@ from hil.gaps.profile import ProfileError, make_profile, series_entry
 
 READ_FCS = {1, 2, 3, 4, 23}
 WRITE_FCS = {5, 6, 15, 16}
-LOG_NAMES = ("modbus_requests.parquet", "modbus_requests.jsonl")
+LOG_NAMES = ("_modbus_requests.parquet", "_modbus_requests.jsonl")
 
 
 def read_log(path: Path):

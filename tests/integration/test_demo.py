@@ -1,6 +1,7 @@
 """`hil demo`: loop + Modbus/OPC UA servers + SoftPLC in closed loop, then a plot."""
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,16 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_demo_closes_the_loop_and_leaves_a_plot(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "hil.cli", "demo", "--wall", "8", "--out", str(tmp_path), "--json"],
+        [sys.executable, "-m", "hil.cli", "demo", "--wall", "8", "--out", str(tmp_path), "--json",
+         "--set", f"modbus.port={_free_port()}", "--set", f"opcua.port={_free_port()}"],
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -29,3 +37,13 @@ def test_demo_closes_the_loop_and_leaves_a_plot(tmp_path):
     assert df["app.coolant_flow"].max() > 0.0
     scan_log = pd.read_csv(plc["record_path"])
     assert {"sp.do", "pv.do", "out.do"} <= set(scan_log.columns)
+    # the Modbus server logged every request of the PLC into the recording: `hil profile`
+    # turns it into a latency profile (PLC scan intervals, write-to-effect delays)
+    prof = subprocess.run([sys.executable, "-m", "hil.cli", "profile", summary["record_path"], "-o",
+                           str(tmp_path / "profile.json"), "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert prof.returncode == 0, prof.stderr[-2000:]
+    series = json.loads(prof.stdout.strip().splitlines()[-1])["series"]
+    reads = [v for k, v in series.items() if k.endswith(".read_interval")]
+    assert len(reads) == 1 and reads[0]["n"] >= plc["scans"] - 5, (reads, plc)  # one connection, a read per scan
+    assert any(k.endswith("write_to_effect") for k in series), sorted(series)
