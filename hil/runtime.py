@@ -22,6 +22,7 @@ started before the loop raises its own priority, since children inherit SCHED_FI
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
@@ -228,21 +229,30 @@ class Runtime:
         if self.scenario.policy is not None and self.start_processes and getattr(self.scenario.policy, "launch", False):
             from hil.safety import launch
 
+            # decision log and status files where [safety].decision_log says
             self._policy_handles = launch.start(self.scenario, self.scenario_path or "")
         else:
             self._policy_handles = None
 
-    def _stop_children(self) -> None:
+    def _stop_children(self) -> dict:
+        """Stop helper processes; returns the safety wrapper's final counters, if any."""
+        extra: dict = {}
         if self._policy_handles is not None:
             from hil.safety import launch
 
-            launch.stop(self._policy_handles)
+            handles = self._policy_handles
+            launch.stop(handles)
             self._policy_handles = None
+            try:
+                extra["safety"] = json.loads(Path(handles.status_path).read_text())["counters"]
+            except (OSError, ValueError, KeyError):
+                extra["safety"] = {"error": "safety wrapper left no status"}
         if self._children:
             from adapters.process import stop_servers
 
             stop_servers(self._children)
             self._children = []
+        return extra
 
     def _raise_priority(self) -> None:
         if self.lockstep:
@@ -420,7 +430,7 @@ class Runtime:
             summary.extra["bus"] = self.bus.counters()
         if self.drawn:
             summary.extra["randomized"] = self.drawn
-        self._stop_children()
+        summary.extra.update(self._stop_children())
         if self.bus is not None:
             self.bus.close()
         if self.recorder is not None:

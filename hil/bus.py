@@ -1,0 +1,486 @@
+"""The ZeroMQ bus: msgpack messages, their validation, and the loop's end of the bus.
+
+A message is a msgpack map:
+
+    v        int    schema version (SCHEMA_VERSION); anything else is dropped
+    kind     str    "obs" (loop -> policy, safety), "proposal" (policy -> safety),
+                    "action" (safety -> loop), "command" (safety -> policy)
+    sid      int    sender session: time.time_ns() when the sender started, so a restarted
+                    sender is newer than its previous life and a replay of an old one is older
+    seq      int    per-session sequence number, strictly increasing from 1
+    step     int    loop step of the observation the message is about (obs: its own step;
+                    proposal / action: the observation they answer; command: -1)
+    t_s      float  simulated time of that observation (s)
+    wall_ns  int    time.time_ns() at send
+    payload  map    per kind, see `payload_schema`; vectors are lists of numbers in plant units
+
+Receivers (`Receiver`) drop and count, never act on: bytes that are not msgpack, wrong schema
+version or kind, missing or extra fields, wrong types or vector lengths, non-finite numbers,
+and (sid, seq) not newer than the last accepted (replays, old sequence numbers). Consumers add
+their own staleness rule (an action for a step too old) and count it on the same receiver.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from math import isfinite
+import time
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+import zmq
+
+SCHEMA_VERSION = 1
+KINDS = ("obs", "proposal", "action", "command")
+HEADER = ("v", "kind", "sid", "seq", "step", "t_s", "wall_ns", "payload")
+MAX_MEMBERS = 64  # ensemble members a proposal may carry
+MAX_STR = 256
+MAX_MESSAGE_BYTES = 1 << 20
+
+DROP_COUNTERS = (
+    "dropped_malformed",  # not msgpack, not a map, missing/extra fields, wrong types
+    "dropped_schema",  # wrong schema version or wrong kind for this socket
+    "dropped_shape",  # a vector of the wrong length
+    "dropped_nonfinite",  # NaN or infinity anywhere
+    "dropped_replay",  # (sid, seq) not newer than the last accepted: replay or old seq
+    "dropped_too_old",  # answers an observation older than the consumer accepts
+)
+
+
+def payload_schema(kind: str, n_outputs: int, n_inputs: int, n_actions: int) -> dict[str, tuple]:
+    """Field -> (type, length) of a payload. Types: vec, optvec, mat, str, bool, num."""
+    if kind == "obs":
+        return {"y": ("vec", n_outputs), "u": ("vec", n_inputs), "lockstep": ("bool", 0)}
+    if kind == "proposal":
+        return {
+            "a": ("vec", n_actions),
+            "members": ("mat", n_actions),
+            "version": ("str", 0),
+            "compute_us": ("num", 0),
+        }
+    if kind == "action":
+        return {
+            "a": ("vec", n_actions),
+            "source": ("str", 0),
+            "mode": ("str", 0),
+            "advice": ("optvec", n_actions),
+        }
+    if kind == "command":
+        return {"op": ("str", 0), "version": ("str", 0), "reason": ("str", 0)}
+    raise KeyError(f"unknown message kind {kind!r}")
+
+
+@dataclass(slots=True)
+class Message:
+    """A validated message; vectors in `payload` are float64 arrays."""
+
+    kind: str
+    sid: int
+    seq: int
+    step: int
+    t_s: float
+    wall_ns: int
+    payload: dict
+    raw_len: int = 0
+
+
+class Sender:
+    """Stamps and encodes messages of one kind for one sending session."""
+
+    def __init__(self, kind: str, sid: int | None = None):
+        if kind not in KINDS:
+            raise KeyError(f"unknown message kind {kind!r}")
+        self.kind = kind
+        self.sid = time.time_ns() if sid is None else int(sid)
+        self.seq = 0
+
+    def encode(self, step: int, t_s: float, payload: dict) -> bytes:
+        """Next message; numpy arrays in `payload` must already be lists (see `vec`)."""
+        self.seq += 1
+        return msgpack.packb(
+            {
+                "v": SCHEMA_VERSION,
+                "kind": self.kind,
+                "sid": self.sid,
+                "seq": self.seq,
+                "step": int(step),
+                "t_s": float(t_s),
+                "wall_ns": time.time_ns(),
+                "payload": payload,
+            },
+            use_bin_type=True,
+        )
+
+
+def vec(a) -> list[float]:
+    """A float vector as the list msgpack carries."""
+    return np.asarray(a, dtype=np.float64).tolist()
+
+
+class _Bad(Exception):
+    def __init__(self, counter: str):
+        self.counter = counter
+
+
+def _is_num(v) -> bool:
+    t = type(v)
+    return t is float or t is int
+
+
+def _check_numbers(value, n: int) -> None:
+    """A list of n finite numbers (int or float, not bool), or raise the matching _Bad."""
+    if type(value) is not list:
+        raise _Bad("dropped_malformed")
+    finite = True
+    for v in value:
+        t = type(v)
+        if t is float:
+            if not isfinite(v):
+                finite = False
+        elif t is not int:
+            raise _Bad("dropped_malformed")
+    if len(value) != n:
+        raise _Bad("dropped_shape")
+    if not finite:
+        raise _Bad("dropped_nonfinite")
+
+
+def _vector(value, n: int) -> np.ndarray:
+    _check_numbers(value, n)
+    return np.array(value, dtype=np.float64)
+
+
+class Receiver:
+    """Validates one stream of messages of one kind; keeps the counters of what it dropped."""
+
+    def __init__(self, kind: str, schema: dict[str, tuple]):
+        self.kind = kind
+        self.schema = schema
+        self.last = (-1, -1)  # (sid, seq) of the last accepted message
+        self.counters = {"received": 0, "accepted": 0, "superseded": 0}
+        self.counters.update({c: 0 for c in DROP_COUNTERS})
+
+    def count(self, counter: str, n: int = 1) -> None:
+        self.counters[counter] += n
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.counters[c] for c in DROP_COUNTERS)
+
+    def decode(self, raw: bytes) -> Message | None:
+        """The validated message, or None (and one drop counted)."""
+        self.counters["received"] += 1
+        try:
+            msg = self._parse(raw)
+        except _Bad as bad:
+            self.counters[bad.counter] += 1
+            return None
+        key = (msg.sid, msg.seq)
+        if key <= self.last:
+            self.counters["dropped_replay"] += 1
+            return None
+        self.last = key
+        self.counters["accepted"] += 1
+        return msg
+
+    def _parse(self, raw: bytes) -> Message:
+        try:
+            m = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        except Exception:
+            raise _Bad("dropped_malformed") from None
+        if type(m) is not dict:
+            raise _Bad("dropped_malformed")
+        if m.get("v") != SCHEMA_VERSION or type(m.get("v")) is not int:
+            raise _Bad("dropped_schema")
+        if m.get("kind") != self.kind:
+            raise _Bad("dropped_schema")
+        if len(m) != len(HEADER) or any(k not in m for k in HEADER):
+            raise _Bad("dropped_malformed")
+        sid, seq, step, t_s, wall_ns, payload = (
+            m["sid"], m["seq"], m["step"], m["t_s"], m["wall_ns"], m["payload"]
+        )
+        if not (type(sid) is int and type(seq) is int and type(step) is int and type(wall_ns) is int):
+            raise _Bad("dropped_malformed")
+        if seq < 1 or step < -1 or sid < 0:
+            raise _Bad("dropped_malformed")
+        if not _is_num(t_s):
+            raise _Bad("dropped_malformed")
+        if not math.isfinite(t_s):
+            raise _Bad("dropped_nonfinite")
+        if type(payload) is not dict or len(payload) != len(self.schema):
+            raise _Bad("dropped_malformed")
+        out = {}
+        for name, (typ, n) in self.schema.items():
+            if name not in payload:
+                raise _Bad("dropped_malformed")
+            value = payload[name]
+            if typ == "vec":
+                out[name] = _vector(value, n)
+            elif typ == "optvec":
+                out[name] = None if value is None else _vector(value, n)
+            elif typ == "mat":
+                if type(value) is not list or len(value) > MAX_MEMBERS:
+                    raise _Bad("dropped_malformed")
+                for row in value:
+                    _check_numbers(row, n)
+                out[name] = np.array(value, dtype=np.float64).reshape(len(value), n)
+            elif typ == "str":
+                if type(value) is not str or len(value) > MAX_STR:
+                    raise _Bad("dropped_malformed")
+                out[name] = value
+            elif typ == "bool":
+                if type(value) is not bool:
+                    raise _Bad("dropped_malformed")
+                out[name] = value
+            elif typ == "num":
+                if not _is_num(value):
+                    raise _Bad("dropped_malformed")
+                if not math.isfinite(value):
+                    raise _Bad("dropped_nonfinite")
+                out[name] = float(value)
+        return Message(self.kind, sid, seq, step, float(t_s), wall_ns, out, len(raw))
+
+
+# ---- sockets ----
+
+
+def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: int = 64) -> zmq.Socket:
+    """A socket that never lingers; a connecting PUSH queues nothing while not connected."""
+    sock = ctx.socket(socket_type)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    if socket_type in (zmq.PULL, zmq.SUB, zmq.REP):
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)  # a larger message drops its sender
+    if not bind:
+        sock.setsockopt(zmq.RECONNECT_IVL, 20)  # ms; a peer that starts later is found quickly
+        if socket_type in (zmq.PUSH, zmq.PUB, zmq.REQ):
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+    if bind:
+        if addr.startswith("ipc://"):
+            os.makedirs(os.path.dirname(addr[6:]) or ".", mode=0o700, exist_ok=True)
+        sock.bind(addr)
+    else:
+        sock.connect(addr)
+    return sock
+
+
+def send_nowait(sock: zmq.Socket, data: bytes) -> bool:
+    """Send without blocking; False if no peer can take it now (nobody connected, queue full)."""
+    try:
+        sock.send(data, zmq.NOBLOCK)
+        return True
+    except zmq.Again:
+        return False
+
+
+def send_retry(sock: zmq.Socket, data: bytes, timeout_s: float) -> bool:
+    """Lockstep only: retry a send for up to timeout_s while the peer connects (startup)."""
+    deadline = time.monotonic() + timeout_s
+    while not send_nowait(sock, data):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def drain(sock: zmq.Socket, max_messages: int = 10_000) -> list[bytes]:
+    """Every message waiting on `sock`, without blocking."""
+    out = []
+    while len(out) < max_messages:
+        try:
+            out.append(sock.recv(zmq.NOBLOCK))
+        except zmq.Again:
+            break
+    return out
+
+
+# ---- the loop's end ----
+
+
+class LoopBusEndpoint:
+    """Publishes observations and applies actions inside the loop (see hil/runtime.py).
+
+    Action vectors carry `action_input_names` in order; only those inputs whose scenario driver
+    is "bus" are written into the loop's command vector (others, e.g. PLC-driven inputs in shadow
+    mode, are only logged by the safety process). Watchdog: when no valid action has arrived for
+    `watchdog_steps` loop steps, the configured fallback action is applied (and counted).
+    """
+
+    def __init__(
+        self,
+        *,
+        obs_addrs: list[str],
+        action_addr: str,
+        n_outputs: int,
+        n_inputs: int,
+        action_names: list[str],
+        apply_index: np.ndarray,
+        apply_pos: np.ndarray,
+        fallback: np.ndarray,
+        watchdog_steps: int,
+        lockstep_timeout_s: float,
+        max_action_age_steps: int,
+        hwm: int = 64,
+    ):
+        self.action_names = list(action_names)
+        self._apply_index = np.asarray(apply_index, dtype=np.intp)
+        self._apply_pos = np.asarray(apply_pos, dtype=np.intp)
+        self._fallback = np.asarray(fallback, dtype=np.float64)
+        self.watchdog_steps = int(watchdog_steps)
+        self.lockstep_timeout_s = float(lockstep_timeout_s)
+        self.max_action_age_steps = int(max_action_age_steps)
+        self._ctx = zmq.Context()
+        self._obs_socks = [open_socket(self._ctx, zmq.PUSH, a, bind=True, hwm=hwm) for a in obs_addrs]
+        self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm)
+        self._poller = zmq.Poller()
+        self._poller.register(self._action_sock, zmq.POLLIN)
+        self._sender = Sender("obs")
+        self._rx = Receiver("action", payload_schema("action", n_outputs, n_inputs, len(action_names)))
+        self._n_outputs, self._n_inputs = n_outputs, n_inputs
+        self._lockstep = False
+        self._published_step = -1
+        self._pending: list[tuple[int, bytes]] = []  # (socket index, obs) not yet delivered
+        self._last_action: np.ndarray | None = None
+        self._last_step = -1  # observation step the held action answers
+        self._last_seq = (-1, -1)
+        self._last_arrival_step = -1
+        self._lost = False  # lockstep: the chain missed its last answer
+        self._in_fallback = True
+        self.last_source = "none"
+        self.last_mode = "none"
+        self.last_advice: np.ndarray | None = None
+        self._c = {
+            "obs_sent": 0,
+            "obs_unsent": 0,
+            "actions_applied": 0,
+            "fallback_steps": 0,
+            "no_action_steps": 0,
+            "watchdog_trips": 0,
+            "lockstep_timeouts": 0,
+            "dropped_future": 0,
+        }
+
+    @classmethod
+    def build(cls, section, scenario, spec) -> "LoopBusEndpoint":
+        from hil.bus_config import action_input_names, bus_input_names, loop_fallback_action
+
+        names = action_input_names(scenario, spec)
+        driven = set(bus_input_names(scenario, spec))
+        pos = [i for i, n in enumerate(names) if n in driven]
+        index = [spec.index("inputs", names[i]) for i in pos]
+        fallback = loop_fallback_action(section, scenario, spec, [names[i] for i in pos])
+        name = scenario.name
+        return cls(
+            obs_addrs=[section.endpoint("obs_policy", name), section.endpoint("obs_safety", name)],
+            action_addr=section.endpoint("action", name),
+            n_outputs=spec.n_outputs,
+            n_inputs=spec.n_inputs,
+            action_names=names,
+            apply_index=np.array(index, dtype=np.intp),
+            apply_pos=np.array(pos, dtype=np.intp),
+            fallback=fallback,
+            watchdog_steps=section.watchdog_steps(scenario.loop.step_s),
+            lockstep_timeout_s=section.lockstep_timeout_s,
+            max_action_age_steps=section.max_action_age_steps,
+            hwm=section.hwm,
+        )
+
+    # ---- per step ----
+    def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
+        """Write the action for this step into u_cmd (bus-driven inputs, plant units)."""
+        self._lockstep = lockstep
+        self._take(step)
+        if lockstep and self._published_step == step - 1 >= 0 and self._last_step < step - 1:
+            self._wait_for(step)
+        if self._last_action is not None and step - self._last_arrival_step < self.watchdog_steps:
+            u_cmd[self._apply_index] = self._last_action[self._apply_pos]
+            self._in_fallback = False
+            self._c["actions_applied"] += 1
+            return
+        u_cmd[self._apply_index] = self._fallback
+        if self._last_action is None:
+            self._c["no_action_steps"] += 1
+        else:
+            self._c["fallback_steps"] += 1
+            if not self._in_fallback:
+                self._c["watchdog_trips"] += 1
+        self._in_fallback = True
+        self.last_source = "loop_fallback"
+
+    def after_step(self, step: int, t_s: float, y_meas: np.ndarray, u_applied: np.ndarray) -> None:
+        """Publish the observation of this step to the policy and the safety process."""
+        data = self._sender.encode(
+            step, t_s, {"y": vec(y_meas), "u": vec(u_applied), "lockstep": self._lockstep}
+        )
+        self._pending.clear()
+        for i, sock in enumerate(self._obs_socks):
+            if send_nowait(sock, data):
+                self._c["obs_sent"] += 1
+            else:
+                self._c["obs_unsent"] += 1
+                if self._lockstep:
+                    self._pending.append((i, data))
+        self._published_step = step
+
+    # ---- internals ----
+    def _take(self, step: int) -> None:
+        """Drain the action socket; keep the newest valid action."""
+        newest = None
+        for raw in drain(self._action_sock):
+            msg = self._rx.decode(raw)
+            if msg is None:
+                continue
+            if msg.step > self._published_step:
+                self._c["dropped_future"] += 1  # answers an observation never published
+                continue
+            if msg.step < step - 1 - self.max_action_age_steps:
+                self._rx.count("dropped_too_old")
+                continue
+            if newest is not None:
+                self._rx.count("superseded")
+            if newest is None or msg.step >= newest.step:
+                newest = msg
+        if newest is None or newest.step < self._last_step:
+            return
+        self._last_action = newest.payload["a"]
+        self._last_step = newest.step
+        self._last_arrival_step = step
+        self.last_source = newest.payload["source"]
+        self.last_mode = newest.payload["mode"]
+        self.last_advice = newest.payload["advice"]
+
+    def _wait_for(self, step: int) -> None:
+        """Lockstep: wait (bounded) for the action answering the observation of step - 1."""
+        budget = self.lockstep_timeout_s if not self._lost else min(0.05, self.lockstep_timeout_s)
+        deadline = time.monotonic() + budget
+        while self._last_step < step - 1:
+            if self._pending:
+                self._pending = [(i, d) for i, d in self._pending if not send_nowait(self._obs_socks[i], d)]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._c["lockstep_timeouts"] += 1
+                self._lost = True
+                return
+            wait_ms = min(remaining, 0.002 if self._pending else remaining) * 1000.0
+            if self._poller.poll(max(1, int(wait_ms))):
+                self._take(step)
+        self._lost = False
+
+    # ---- status ----
+    def counters(self) -> dict[str, int]:
+        out = dict(self._c)
+        for k, v in self._rx.counters.items():
+            out[f"action_{k}"] = v
+        return out
+
+    @property
+    def in_fallback(self) -> bool:
+        return self._in_fallback
+
+    def close(self) -> None:
+        for sock in self._obs_socks + [self._action_sock]:
+            sock.close(0)
+        self._ctx.term()

@@ -1,0 +1,153 @@
+"""`hil policy ...`: fit, list, show, check, mark and run policy versions."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+
+def _load(config: str):
+    from hil.config import load_scenario
+    from hil.errors import ConfigError
+
+    try:
+        return load_scenario(config)
+    except ConfigError as exc:
+        click.echo(f"config error {exc}", err=True)
+        sys.exit(2)
+
+
+@click.group("policy")
+def command() -> None:
+    """Policies: versioned directories, the demo ensemble, the policy process."""
+
+
+@command.command("fit")
+@click.argument("config", type=click.Path(dir_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Policy directory (v1, v2, ...).")
+@click.option("--version", default=None, help="Version to write (default: the next one).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--episodes", type=int, default=6, show_default=True)
+@click.option("--seconds", type=float, default=1800.0, show_default=True, help="Simulated s per episode.")
+@click.option("--steps", type=int, default=2500, show_default=True, help="Optimizer steps.")
+@click.option("--setpoint", multiple=True, metavar="INPUT=VALUE", help="Imitate a mis-set baseline loop.")
+@click.option("--candidate", is_flag=True, help="Record as not known-good.")
+@click.option("--notes", default="")
+def fit_cmd(config, out, version, seed, episodes, seconds, steps, setpoint, candidate, notes) -> None:
+    """Fit an MLP ensemble imitating the scenario's baseline ([safety.fallback]) in simulation."""
+    from hil.policy.fit import fit_version, parse_setpoints
+
+    sc = _load(config)
+    if sc.safety is None:
+        raise click.UsageError("the scenario has no [safety] section (its fallback is the baseline to imitate)")
+    t0 = time.perf_counter()
+    meta = fit_version(sc, out, version=version, seed=seed, episodes=episodes, seconds=seconds, steps=steps,
+                       setpoints=parse_setpoints(setpoint), known_good=False if candidate else None, notes=notes)
+    tr = meta["training"]
+    click.echo(f"{out}/{meta['version']}: {tr['samples']} samples, {tr['members']} members, "
+               f"known_good={meta['known_good']}, {time.perf_counter() - t0:.1f} s")
+    click.echo(f"  Mahalanobis of the training data: p99 {tr['mahalanobis']['p99']:.2f}, "
+               f"p99.9 {tr['mahalanobis']['p99.9']:.2f}, max {tr['mahalanobis']['max']:.2f}")
+    click.echo(f"  disagreement: p99 {tr['disagreement']['p99']:.2g}, max {tr['disagreement']['max']:.2g}")
+    v = tr["validation"]
+    click.echo(f"  closed loop tracking NRMSE: policy {v['policy_tracking_nrmse']:.4f}, "
+               f"baseline {v['baseline_tracking_nrmse']:.4f}")
+
+
+@command.command("list")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(directory, as_json) -> None:
+    """The versions of a policy directory, oldest first."""
+    from hil.policy.store import PolicyStore
+
+    store = PolicyStore(directory)
+    rows = []
+    for v in store.versions():
+        m = store.meta(v)
+        rows.append({"version": v, "kind": m["kind"], "known_good": bool(m.get("known_good")),
+                     "created_utc": m.get("created_utc", ""), "notes": m.get("notes", "")})
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        flag = "known-good" if r["known_good"] else "candidate "
+        click.echo(f"{r['version']:>5}  {flag}  {r['kind']:<13} {r['created_utc']:<26} {r['notes']}")
+
+
+@command.command("show")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.argument("version")
+def show_cmd(directory, version) -> None:
+    """A version's meta data (features, actions, training statistics) as JSON."""
+    from hil.policy.store import PolicyStore
+
+    try:
+        click.echo(json.dumps(PolicyStore(directory).meta(version), indent=2))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@command.command("mark")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.argument("version")
+@click.option("--known-good/--candidate", required=True, help="The release decision for this version.")
+def mark_cmd(directory, version, known_good) -> None:
+    """Record the release decision of a version (rollback only goes to known-good ones)."""
+    from hil.policy.store import PolicyStore
+
+    store = PolicyStore(directory)
+    try:
+        meta = store.meta(version)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    meta["known_good"] = known_good
+    store.write_meta(version, {k: v for k, v in meta.items() if k not in ("format", "format_version", "version")})
+    click.echo(f"{version}: known_good = {known_good}")
+
+
+@command.command("check")
+@click.argument("config", type=click.Path(dir_okay=False, exists=True))
+@click.option("--version", default=None)
+def check_cmd(config, version) -> None:
+    """Load the scenario's policy and run it once on the nominal observation."""
+    import numpy as np
+
+    from hil.bus import Receiver, Sender, payload_schema
+    from hil.policy.runner import PolicyRunner
+
+    sc = _load(config)
+    try:
+        r = PolicyRunner(sc, config, version)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    y, u = r.spec.nominal("outputs"), r.spec.nominal("inputs")
+    obs = Receiver("obs", payload_schema("obs", len(y), len(u), r.n_act)).decode(
+        Sender("obs").encode(0, 0.0, {"y": y.tolist(), "u": u.tolist(), "lockstep": True}))
+    t0 = time.perf_counter()
+    raw = r.answer(obs)
+    dt_us = (time.perf_counter() - t0) * 1e6
+    if raw is None:
+        raise click.ClickException(f"the policy is silent on the nominal observation ({r.counters}, {r.last_error})")
+    msg = Receiver("proposal", payload_schema("proposal", len(y), len(u), r.n_act)).decode(raw)
+    click.echo(f"{r.version} ({r.policy.kind}) features {r.policy.features}")
+    for name, a in zip(r.action_names, msg.payload["a"]):
+        click.echo(f"  {name} = {a:.6g} {r.spec.quantity('inputs', name).unit}")
+    if len(msg.payload["members"]):
+        click.echo(f"  members: {len(msg.payload['members'])}, spread {np.ptp(msg.payload['members'], axis=0)}")
+    click.echo(f"  answer in {dt_us:.0f} us")
+
+
+@command.command("run")
+@click.argument("config", type=click.Path(dir_okay=False, exists=True))
+@click.option("--version", default=None)
+@click.option("--status", default=None, help="JSON status file.")
+def run_cmd(config, version, status) -> None:
+    """Run the policy process in the foreground (as `hil run` starts it)."""
+    from hil.policy.runner import main
+
+    args = [config] + (["--version", version] if version else []) + (["--status", status] if status else [])
+    sys.exit(main(args))

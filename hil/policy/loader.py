@@ -1,0 +1,132 @@
+"""Load a policy: a stored version, a `module:attribute`, or an ONNX model.
+
+Whatever its source, a loaded policy maps a feature vector (float64, plant units, in the
+order of `features`) to an action vector (plant units, in the order of `actions`):
+
+- `module:attribute`: a callable `f(x) -> action`, an object with `act(x) -> action`, or a
+  class instantiated without arguments. An object with `act_members(x) -> (M, n_actions)`
+  is treated as an ensemble (its members' spread is sent to the safety wrapper).
+- ONNX (optional, needs onnxruntime): first input takes float32 (1, n_features); first output
+  is the action; an output named `members`, if present, the (M, n_actions) member actions.
+- a stored version (hil/policy/store.py): kind mlp_ensemble (policy.npz), entry, or onnx.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from hil.policy.store import PolicyStore
+
+
+@dataclass
+class LoadedPolicy:
+    version: str
+    kind: str
+    features: list[str]
+    actions: list[str]
+    act: Callable[[np.ndarray], np.ndarray]
+    act_members: Callable[[np.ndarray], np.ndarray] | None = None
+    meta: dict = field(default_factory=dict)
+    action_is_member_mean: bool = False  # act(x) == act_members(x).mean(0): compute members once
+
+
+def _entry_object(entry: str):
+    module_name, _, attr = entry.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"policy entry {entry!r} is not module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"policy entry {entry!r}: cannot import {module_name!r} ({exc})") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"policy entry {entry!r}: {module_name} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, type):
+        obj = obj()
+    return obj
+
+
+def load_entry(entry: str, features, actions, version: str | None = None) -> LoadedPolicy:
+    obj = _entry_object(entry)
+    if hasattr(obj, "act") and callable(obj.act):
+        act = obj.act
+    elif callable(obj):
+        act = obj
+    else:
+        raise ValueError(f"policy entry {entry!r} is neither callable nor has act(observation)")
+    members = getattr(obj, "act_members", None)
+    return LoadedPolicy(version or entry, "entry", list(features), list(actions), act,
+                        members if callable(members) else None)
+
+
+def load_onnx(path: str, features, actions, version: str | None = None) -> LoadedPolicy:
+    try:
+        import onnxruntime as ort  # optional extra: pip install hil[onnx]
+    except ImportError:
+        raise ValueError("an ONNX policy needs onnxruntime (pip install 'hil[onnx]')") from None
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    in_name = sess.get_inputs()[0].name
+    outs = [o.name for o in sess.get_outputs()]
+    members_name = "members" if "members" in outs else None
+    n_act = len(actions)
+
+    def act(x: np.ndarray) -> np.ndarray:
+        res = sess.run([outs[0]], {in_name: np.asarray(x, dtype=np.float32).reshape(1, -1)})
+        return np.asarray(res[0], dtype=np.float64).reshape(-1)
+
+    def act_members(x: np.ndarray) -> np.ndarray:
+        res = sess.run([members_name], {in_name: np.asarray(x, dtype=np.float32).reshape(1, -1)})
+        return np.asarray(res[0], dtype=np.float64).reshape(-1, n_act)
+
+    return LoadedPolicy(version or f"onnx:{path}", "onnx", list(features), list(actions), act,
+                        act_members if members_name else None)
+
+
+def load_version(store: PolicyStore, version: str) -> LoadedPolicy:
+    """Load version `version` (vN) of a policy store."""
+    meta = store.meta(version)
+    kind = meta["kind"]
+    path = store.path(version)
+    features, actions = list(meta["features"]), list(meta["actions"])
+    if kind == "mlp_ensemble":
+        from hil.policy.ensemble import MLPEnsemble
+
+        ens = MLPEnsemble.load(path / meta.get("file", "policy.npz"))
+        if ens.n_features != len(features) or ens.n_actions != len(actions):
+            raise ValueError(f"{path}: weights do not match {len(features)} features / {len(actions)} actions")
+        pol = LoadedPolicy(version, kind, features, actions, ens.act, ens.act_members, meta,
+                           action_is_member_mean=True)
+    elif kind == "entry":
+        pol = load_entry(meta["entry"], features, actions, version)
+    elif kind == "onnx":
+        pol = load_onnx(str(path / meta["file"]), features, actions, version)
+    else:
+        raise ValueError(f"{path}: unknown policy kind {kind!r}")
+    pol.meta = meta
+    return pol
+
+
+def load_policy(section, scenario_path: str | None = None, version: str | None = None) -> LoadedPolicy:
+    """The policy a [policy] section names (`version` overrides section.version)."""
+    from hil.safety.config import resolve_path
+
+    if section.directory:
+        store = PolicyStore(resolve_path(section.directory, scenario_path))
+        return load_version(store, store.resolve(version or section.version))
+    if section.entry:
+        return load_entry(section.entry, section.features, section.inputs)
+    return load_onnx(str(resolve_path(section.onnx, scenario_path)), section.features, section.inputs)
+
+
+def policy_store(section, scenario_path: str | None = None) -> PolicyStore | None:
+    from hil.safety.config import resolve_path
+
+    if not section.directory:
+        return None
+    return PolicyStore(resolve_path(section.directory, scenario_path))

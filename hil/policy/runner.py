@@ -1,0 +1,233 @@
+"""The policy process: observations in, proposals out, over the bus.
+
+    python -m hil.policy.runner SCENARIO.toml [--version vN] [--parent-pid PID]
+
+Receives observations (PULL, connects to bus.obs_policy), answers each newest one with a
+proposal (PUSH, connects to bus.proposal) and obeys commands from the safety process (PULL,
+connects to bus.command: {"op": "load", "version": "vN"} = switch version, e.g. a rollback).
+Commands are handled before observations, so a rollback applies to the next observation.
+
+A policy that raises, returns non-finite values or an action of the wrong shape is silent for
+that observation (nothing is sent; counted): the safety process then applies its fallback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import zmq
+
+from hil.bus import Receiver, Sender, drain, open_socket, payload_schema, send_nowait, send_retry, vec
+from hil.bus_config import action_input_names
+from hil.policy.features import FeatureMap
+from hil.policy.loader import LoadedPolicy, load_policy
+
+
+class PolicyRunner:
+    """Socket-free core (`answer`) plus the process loop (`run`)."""
+
+    def __init__(self, scenario, scenario_path: str | None = None, version: str | None = None):
+        from plants.base import load_plant_module
+
+        if scenario.policy is None or scenario.bus is None:
+            raise ValueError("the policy process needs [policy] and [bus] sections")
+        self.scenario = scenario
+        self.scenario_path = scenario_path
+        self.spec = load_plant_module(scenario.plant.model).SPEC
+        self.action_names = action_input_names(scenario, self.spec)
+        self.n_act = len(self.action_names)
+        self.obs_rx = Receiver("obs", payload_schema("obs", self.spec.n_outputs, self.spec.n_inputs, self.n_act))
+        self.cmd_rx = Receiver("command", payload_schema("command", 0, 0, 0))
+        self.sender = Sender("proposal")
+        self.counters = {"proposals": 0, "proposals_unsent": 0, "policy_errors": 0, "policy_invalid": 0,
+                         "obs_superseded": 0, "commands": 0, "command_errors": 0, "version_switches": 0}
+        self.last_error = ""
+        self.policy: LoadedPolicy
+        self._install(load_policy(scenario.policy, scenario_path, version))
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One call on the nominal observation (imports, caches) before anyone waits on us."""
+        try:
+            x = FeatureMap(self.spec, self.policy.features).build(self.spec.nominal("outputs"),
+                                                                  self.spec.nominal("inputs"))
+            self.policy.act(x)
+        except Exception:
+            pass
+
+    def _install(self, pol: LoadedPolicy) -> None:
+        actions = pol.actions or self.action_names
+        if sorted(actions) != sorted(self.action_names):
+            raise ValueError(f"policy {pol.version} acts on {actions}, the scenario on {self.action_names}")
+        self.perm = np.array([actions.index(n) for n in self.action_names], dtype=np.intp)
+        self.features = FeatureMap(self.spec, pol.features)
+        self.policy = pol
+
+    @property
+    def version(self) -> str:
+        return self.policy.version
+
+    def command(self, raw: bytes) -> None:
+        msg = self.cmd_rx.decode(raw)
+        if msg is None:
+            return
+        self.counters["commands"] += 1
+        if msg.payload["op"] != "load":
+            self.counters["command_errors"] += 1
+            return
+        wanted = msg.payload["version"]
+        if wanted == self.policy.version:
+            return
+        try:
+            self._install(load_policy(self.scenario.policy, self.scenario_path, wanted))
+            self.counters["version_switches"] += 1
+            print(f"policy: switched to {wanted} ({msg.payload['reason']})", file=sys.stderr, flush=True)
+        except Exception as exc:  # keep the current version; the safety keeps refusing it
+            self.counters["command_errors"] += 1
+            self.last_error = f"cannot load {wanted}: {exc}"
+            print(f"policy: {self.last_error}", file=sys.stderr, flush=True)
+
+    def answer(self, msg) -> bytes | None:
+        """The proposal answering observation `msg`, or None if the policy is silent."""
+        t0 = time.perf_counter_ns()
+        x = self.features.build(msg.payload["y"], msg.payload["u"])
+        try:
+            members = None
+            if self.policy.act_members is not None:
+                members = np.asarray(self.policy.act_members(x), dtype=np.float64)
+            if self.policy.action_is_member_mean and members is not None:
+                a = members.mean(axis=0)
+            else:
+                a = np.asarray(self.policy.act(x), dtype=np.float64)
+        except Exception as exc:
+            self.counters["policy_errors"] += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        if a.size != self.n_act or a.ndim > 2 or not np.isfinite(a).all():
+            self.counters["policy_invalid"] += 1
+            return None
+        a = a.reshape(-1)[self.perm]
+        m_list: list = []
+        if members is not None:
+            if members.ndim == 2 and members.shape[1] == self.n_act and np.isfinite(members).all():
+                m_list = members[:, self.perm].tolist()
+            else:
+                self.counters["policy_invalid"] += 1
+                return None
+        compute_us = (time.perf_counter_ns() - t0) * 1e-3
+        return self.sender.encode(
+            msg.step, msg.t_s,
+            {"a": vec(a), "members": m_list, "version": self.policy.version, "compute_us": compute_us},
+        )
+
+    # ---- process ----
+    def run(self, parent_pid: int | None = None, status_path: str | None = None) -> None:
+        bus, name = self.scenario.bus, self.scenario.name
+        ctx = zmq.Context()
+        obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm)
+        out = open_socket(ctx, zmq.PUSH, bus.endpoint("proposal", name), bind=False, hwm=bus.hwm)
+        cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm)
+        poller = zmq.Poller()
+        poller.register(obs, zmq.POLLIN)
+        poller.register(cmd, zmq.POLLIN)
+        stop = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.append(1))
+        next_check = time.monotonic() + 0.5
+        if status_path:
+            _write_json(status_path, self.status())
+        try:
+            while not stop:
+                events = dict(poller.poll(200))
+                if cmd in events:
+                    for raw in drain(cmd):
+                        self.command(raw)
+                if obs in events:
+                    newest = None
+                    for raw in drain(obs):
+                        msg = self.obs_rx.decode(raw)
+                        if msg is not None:
+                            if newest is not None:
+                                self.counters["obs_superseded"] += 1
+                            newest = msg
+                    if newest is not None:
+                        if cmd.poll(0):  # a command that raced the observation
+                            for raw in drain(cmd):
+                                self.command(raw)
+                        data = self.answer(newest)
+                        if data is not None:
+                            # lockstep: the safety waits for us; wait for the connection at startup
+                            retry_s = 0.25 * bus.lockstep_timeout_s if newest.payload["lockstep"] else 0.0
+                            if send_nowait(out, data) or (retry_s and send_retry(out, data, retry_s)):
+                                self.counters["proposals"] += 1
+                            else:
+                                self.counters["proposals_unsent"] += 1
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + 0.5
+                    if parent_pid and not _alive(parent_pid):
+                        break
+                    if status_path:
+                        _write_json(status_path, self.status())
+        finally:
+            for s in (obs, out, cmd):
+                s.close(0)
+            ctx.term()
+            if status_path:
+                _write_json(status_path, self.status())
+            print("policy: " + json.dumps(self.status()), file=sys.stderr, flush=True)
+
+    def status(self) -> dict:
+        return {"version": self.version, "counters": {**self.counters, **{f"obs_{k}": v for k, v in
+                                                                              self.obs_rx.counters.items()}},
+                "last_error": self.last_error}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    from hil.errors import ConfigError
+    from hil.safety.launch import load_child_scenario
+
+    ap = argparse.ArgumentParser(prog="python -m hil.policy.runner", description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--version", default=None, help="policy version (default: [policy].version)")
+    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    ap.add_argument("--status", default=None, help="JSON status file, rewritten every 0.5 s")
+    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
+    args = ap.parse_args(argv)
+    try:
+        scenario = load_child_scenario(args.config, args.scenario_json)
+        runner = PolicyRunner(scenario, args.config, args.version)
+    except (ConfigError, ValueError) as exc:
+        print(f"policy: {exc}", file=sys.stderr)
+        return 2
+    print(f"policy: {runner.version} ({runner.policy.kind}) on {', '.join(runner.action_names)}",
+          file=sys.stderr, flush=True)
+    runner.run(args.parent_pid, args.status)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""[policy] and [safety] sections: which policy runs, and the wrapper operations put around it.
+
+Values are in the plant units of the signal they act on; `_s` keys are simulated seconds.
+Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (`u.base_flow`).
+
+    [policy]
+    directory = "policies/bioreactor"   # versioned policy directory (v1, v2, ...); relative
+    version = "v1"                      #   paths: the cwd first, then the scenario file's dir
+    entry = ""                          # or "package.module:attribute" (callable / .act(obs))
+    onnx = ""                           # or an ONNX model (needs onnxruntime)
+    inputs = ["agitation_power", ...]   # actions, in order (default: inputs with driver "bus")
+    features = ["dissolved_oxygen", "u.agitation_power"]   # for entry/onnx policies
+    launch = true                       # hil run starts the policy and safety processes
+
+    [safety]
+    mode = "shadow"                     # initial rollout mode: shadow|advisory|limited|full
+    decision_log = "runs/{scenario}-{timestamp}-safety.jsonl"
+    status_path = ""                    # JSON status file ("" = beside the decision log)
+
+    [safety.projection]
+    box = { agitation_power = [0.0, 80.0] }       # tighter than the spec's bounds
+    rate = { agitation_power = 0.5 }              # max |du/dt|, units per sim s
+    [[safety.projection.linear]]                  # a . w <= b0 + sum(b[s] * signal s)
+    name = "shear"
+    w = { agitation_power = 1.0 }
+    b0 = 0.0
+    b = { volume = 0.8 }
+
+    [safety.confidence]                 # fallback when off-distribution or unsure
+    mahalanobis_enter = 6.0             # distance of the features from the training data
+    mahalanobis_exit = 4.0
+    disagreement_enter = 0.05           # max over actions of std(members) / scale
+    disagreement_exit = 0.02
+    scale = { agitation_power = 100.0 } # default: each input's span (high - low)
+    min_dwell_s = 60.0                  # in fallback at least this long, and exit conditions
+                                        # must hold this long before control returns
+
+    [safety.fallback]                   # baseline controller (hil.control.pid.PID loops)
+    fixed = { base_flow = 0.0 }         # inputs held at a value
+    [[safety.fallback.loops]]
+    input = "agitation_power"
+    measurement = "dissolved_oxygen"
+    setpoint = 40.0
+    kp = 0.5                            # input units per measurement unit
+    ki = 0.01                           # per (unit s)
+    kd = 0.0                            # s
+    reverse = false
+    bias = 30.0                         # output at zero error
+    out_min = 0.0                       # default: the input's bounds
+    out_max = 100.0
+
+    [safety.monitor]
+    demote_to = "limited"               # mode after a trip (never raises the mode)
+    [[safety.monitor.rules]]
+    name = "do_low"
+    signal = "dissolved_oxygen"
+    op = "<"                            # "<" or ">"
+    limit = 20.0
+    for_s = 30.0                        # continuously, in simulated seconds
+    action = "rollback"                 # rollback (+ alarm, demote) | alarm | fallback
+
+    [safety.rollout]
+    auto_promote = false                # promote as soon as a gate passes
+    max_mode = "full"
+    limited_max_deviation = { agitation_power = 10.0 }  # limited: baseline +/- this
+    limited_box = { agitation_power = [10.0, 60.0] }     # limited: tighter box
+    [safety.rollout.gates.shadow]       # gate to leave a mode (shadow, advisory, limited)
+    window_s = 600.0                    # KPIs over the last window_s in the current mode
+    max_tracking_nrmse = 0.05           # RMS (measurement - setpoint) / span, fallback loops
+    max_fallback_rate = 0.05            # fraction of steps the confidence fallback held
+    max_silent_rate = 0.01              # fraction of steps the policy did not answer in time
+    max_clip_rate = 0.5                 # fraction of steps the projection clipped
+    max_action_nrmse = 0.2              # RMS (proposal - baseline) / span
+    max_alarms = 0                      # monitor trips
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from hil.config import StrictModel
+
+MODES = ("shadow", "advisory", "limited", "full")
+Mode = Literal["shadow", "advisory", "limited", "full"]
+
+
+def resolve_path(path: str, scenario_path: str | None = None) -> Path:
+    """A config path: absolute, else relative to the cwd if it exists there, else to the scenario file."""
+    p = Path(path)
+    if p.is_absolute() or p.exists() or not scenario_path:
+        return p
+    alt = Path(scenario_path).resolve().parent / p
+    return alt if alt.exists() else p
+
+
+def signal_index(spec, name: str) -> tuple[str, int]:
+    """('y', index) for an output name, ('u', index) for 'u.<input>'. Raises KeyError."""
+    if name.startswith("u."):
+        return "u", spec.index("inputs", name[2:])
+    if name.startswith("y."):
+        name = name[2:]
+    return "y", spec.index("outputs", name)
+
+
+def signal_span(spec, name: str) -> float:
+    kind, i = signal_index(spec, name)
+    q = (spec.inputs if kind == "u" else spec.outputs)[i]
+    return max(q.high - q.low, 1e-12)
+
+
+class PolicySection(StrictModel):
+    directory: str = Field(default="", description="versioned policy directory (v1, v2, ...)")
+    version: str = Field(default="latest_known_good", description="vN, latest or latest_known_good")
+    entry: str = Field(default="", description="module:attribute, a callable or an object with act()")
+    onnx: str = Field(default="", description="path of an ONNX model (needs onnxruntime)")
+    inputs: list[str] = Field(default_factory=list, description="action inputs, in order")
+    features: list[str] = Field(default_factory=list, description="observation features, in order")
+    launch: bool = Field(default=True, description="hil run starts the policy and safety processes")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in ("directory", "entry", "onnx") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of directory, entry, onnx (got {given or 'none'})")
+        if self.entry and ":" not in self.entry:
+            raise ValueError(f"entry {self.entry!r} is not module:attribute")
+        return self
+
+    def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
+        problems = []
+        names = spec.names("inputs")
+        for i, n in enumerate(self.inputs):
+            if n not in names:
+                problems.append((f"policy.inputs[{i}]", f"{spec.name} has no input {n!r}"))
+        if len(set(self.inputs)) != len(self.inputs):
+            problems.append(("policy.inputs", "names repeat"))
+        for i, n in enumerate(self.features):
+            try:
+                signal_index(spec, n[2:] if n.startswith("d.") else n)
+            except KeyError as exc:
+                problems.append((f"policy.features[{i}]", str(exc.args[0])))
+        from hil.bus_config import action_input_names
+
+        if not action_input_names(scenario, spec):
+            problems.append(("policy.inputs", "no action inputs: list them or set driver = 'bus'"))
+        if (self.entry or self.onnx) and not self.features:
+            problems.append(("policy.features", "an entry or onnx policy needs its feature list"))
+        return problems
+
+
+class LinearLimit(StrictModel):
+    name: str
+    w: dict[str, float] = Field(description="weights per action input")
+    b0: float = 0.0
+    b: dict[str, float] = Field(default_factory=dict, description="b(state) coefficients per signal")
+
+
+class ProjectionSection(StrictModel):
+    box: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    rate: dict[str, float] = Field(default_factory=dict, description="units per sim s")
+    linear: list[LinearLimit] = Field(default_factory=list)
+    max_iter: int = Field(default=200, ge=1, le=10_000, description="Dykstra iterations, >1 limit")
+
+
+class ConfidenceSection(StrictModel):
+    mahalanobis_enter: float = Field(default=math.inf, gt=0)
+    mahalanobis_exit: float = Field(default=math.inf, gt=0)
+    disagreement_enter: float = Field(default=math.inf, gt=0)
+    disagreement_exit: float = Field(default=math.inf, gt=0)
+    scale: dict[str, float] = Field(default_factory=dict)
+    min_dwell_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _hysteresis(self):
+        for k in ("mahalanobis", "disagreement"):
+            if getattr(self, f"{k}_exit") > getattr(self, f"{k}_enter"):
+                raise ValueError(f"{k}_exit must be <= {k}_enter (hysteresis)")
+        return self
+
+
+class PidLoop(StrictModel):
+    input: str
+    measurement: str
+    setpoint: float
+    kp: float
+    ki: float = 0.0
+    kd: float = 0.0
+    reverse: bool = False
+    bias: float = 0.0
+    td_filter_s: float = Field(default=0.0, ge=0)
+    out_min: float | None = None
+    out_max: float | None = None
+
+
+class FallbackSection(StrictModel):
+    loops: list[PidLoop] = Field(default_factory=list)
+    fixed: dict[str, float] = Field(default_factory=dict)
+
+
+class Rule(StrictModel):
+    name: str
+    signal: str
+    op: Literal["<", ">"]
+    limit: float
+    for_s: float = Field(default=0.0, ge=0)
+    action: Literal["rollback", "alarm", "fallback"] = "rollback"
+
+
+class MonitorSection(StrictModel):
+    rules: list[Rule] = Field(default_factory=list)
+    demote_to: Mode | None = "limited"
+
+
+class Gate(StrictModel):
+    window_s: float = Field(gt=0)
+    max_tracking_nrmse: float | None = Field(default=None, ge=0)
+    max_fallback_rate: float | None = Field(default=None, ge=0, le=1)
+    max_silent_rate: float | None = Field(default=None, ge=0, le=1)
+    max_clip_rate: float | None = Field(default=None, ge=0, le=1)
+    max_action_nrmse: float | None = Field(default=None, ge=0)
+    max_alarms: int | None = Field(default=0, ge=0)
+
+
+class RolloutSection(StrictModel):
+    auto_promote: bool = False
+    max_mode: Mode = "full"
+    limited_max_deviation: dict[str, float] = Field(default_factory=dict)
+    limited_box: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    gates: dict[Literal["shadow", "advisory", "limited"], Gate] = Field(default_factory=dict)
+
+
+class SafetySection(StrictModel):
+    mode: Mode = "shadow"
+    decision_log: str = "runs/{scenario}-{timestamp}-safety.jsonl"
+    status_path: str = ""
+    log_every_step: bool = Field(default=False, description="a log line per step, not only on events")
+    projection: ProjectionSection = Field(default_factory=ProjectionSection)
+    confidence: ConfidenceSection = Field(default_factory=ConfidenceSection)
+    fallback: FallbackSection = Field(default_factory=FallbackSection)
+    monitor: MonitorSection = Field(default_factory=MonitorSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+
+    def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
+        from hil.bus_config import action_input_names
+
+        problems: list[tuple[str, str]] = []
+        actions = action_input_names(scenario, spec)
+        if scenario.policy is None:
+            problems.append(("safety", "a [safety] section needs a [policy] section"))
+        if scenario.bus is None:
+            problems.append(("safety", "a [safety] section needs a [bus] section"))
+
+        def action_name(path, name):
+            if name not in actions:
+                problems.append((path, f"{name!r} is not an action input (actions: {', '.join(actions)})"))
+                return False
+            return True
+
+        def signal(path, name):
+            try:
+                signal_index(spec, name)
+                return True
+            except KeyError as exc:
+                problems.append((path, str(exc.args[0])))
+                return False
+
+        def box(path, table):
+            for name, (lo, hi) in table.items():
+                if action_name(f"{path}.{name}", name):
+                    q = spec.quantity("inputs", name)
+                    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                        problems.append((f"{path}.{name}", f"[{lo}, {hi}] is not an interval"))
+                    elif lo < q.low or hi > q.high:
+                        problems.append(
+                            (f"{path}.{name}", f"[{lo}, {hi}] is outside the physical bounds [{q.low}, {q.high}] {q.unit}")
+                        )
+
+        pr = self.projection
+        box("safety.projection.box", pr.box)
+        box("safety.rollout.limited_box", self.rollout.limited_box)
+        for name, r in pr.rate.items():
+            if action_name(f"safety.projection.rate.{name}", name) and not (r > 0 and math.isfinite(r)):
+                problems.append((f"safety.projection.rate.{name}", f"{r} is not a positive rate"))
+        for i, lim in enumerate(pr.linear):
+            path = f"safety.projection.linear[{i}]"
+            if not lim.w or not any(v != 0 for v in lim.w.values()):
+                problems.append((f"{path}.w", "needs at least one non-zero weight"))
+            for name in lim.w:
+                action_name(f"{path}.w.{name}", name)
+            for name in lim.b:
+                signal(f"{path}.b.{name}", name)
+        for name, v in self.rollout.limited_max_deviation.items():
+            if action_name(f"safety.rollout.limited_max_deviation.{name}", name) and not v >= 0:
+                problems.append((f"safety.rollout.limited_max_deviation.{name}", f"{v} is negative"))
+        for name, v in self.confidence.scale.items():
+            if action_name(f"safety.confidence.scale.{name}", name) and not v > 0:
+                problems.append((f"safety.confidence.scale.{name}", f"{v} is not positive"))
+        covered: dict[str, str] = {}
+        for i, loop in enumerate(self.fallback.loops):
+            path = f"safety.fallback.loops[{i}]"
+            if action_name(f"{path}.input", loop.input):
+                if loop.input in covered:
+                    problems.append((f"{path}.input", f"{loop.input!r} already driven by {covered[loop.input]}"))
+                covered[loop.input] = path
+                q = spec.quantity("inputs", loop.input)
+                lo = q.low if loop.out_min is None else loop.out_min
+                hi = q.high if loop.out_max is None else loop.out_max
+                if not q.low <= lo <= hi <= q.high:
+                    problems.append((path, f"output range [{lo}, {hi}] outside [{q.low}, {q.high}] {q.unit}"))
+            signal(f"{path}.measurement", loop.measurement)
+        for name, v in self.fallback.fixed.items():
+            path = f"safety.fallback.fixed.{name}"
+            if action_name(path, name):
+                if name in covered:
+                    problems.append((path, f"{name!r} already driven by {covered[name]}"))
+                covered[name] = path
+                q = spec.quantity("inputs", name)
+                if not q.low <= v <= q.high:
+                    problems.append((path, f"{v} is outside [{q.low}, {q.high}] {q.unit}"))
+        missing = [n for n in actions if n not in covered]
+        if missing:
+            problems.append(
+                ("safety.fallback", f"no fallback for {', '.join(missing)}: add a loop or a fixed value")
+            )
+        for i, rule in enumerate(self.monitor.rules):
+            signal(f"safety.monitor.rules[{i}].signal", rule.signal)
+        names = [r.name for r in self.monitor.rules]
+        if len(set(names)) != len(names):
+            problems.append(("safety.monitor.rules", "rule names repeat"))
+        from hil.bus_config import bus_input_names
+
+        watched = [n for n in actions if n not in bus_input_names(scenario, spec)]
+        if watched and MODES.index(self.rollout.max_mode) > MODES.index("advisory"):
+            problems.append(("safety.rollout.max_mode", f"the policy cannot act on {', '.join(watched)} (driver is "
+                             "not 'bus'): shadow or advisory only, or make the bus drive them"))
+        if MODES.index(self.mode) > MODES.index(self.rollout.max_mode):
+            problems.append(("safety.mode", f"{self.mode!r} is above rollout.max_mode {self.rollout.max_mode!r}"))
+        return problems

@@ -1,0 +1,306 @@
+"""Bounded action projection: the closest action (Euclidean, plant units) inside the envelope.
+
+Envelope, per call:
+1. box: the spec's input bounds intersected with [safety.projection].box (hard);
+2. rate: [prev - rate * dt_s, prev + rate * dt_s] around the previous action;
+3. band: limited-autonomy envelope (baseline +/- max deviation, limited box), optional;
+   intervals are intersected in this order of priority: when a later interval does not meet
+   the current one, the current one collapses to its point nearest to it (the box always holds);
+4. state-dependent linear limits W a <= b(state), b = b0 + By @ y_meas + Bu @ u_applied,
+   projected onto together with the box of steps 1-3: exactly for one limit (piecewise-linear
+   root of the multiplier), by Dykstra's alternating projections for several.
+
+The result minimises sum(((a - proposal) / span)^2) over the envelope, span = each input's
+physical range (so a W and an L/h count alike whatever their units). If the linear limits
+cannot hold inside the box, the result is the box point nearest to them and `infeasible` is
+set. Every
+clip is reported with its reason (`box_high`, `rate_up`, `band_low`, `linear:<name>`, ...).
+
+The kernel is Numba-compiled and allocates nothing but the breakpoint sort of the one-limit
+case; building the clip list (Python) happens only when something was clipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+SRC_BOX, SRC_RATE, SRC_BAND = 0, 1, 2
+_SRC_NAMES = ("box", "rate", "band")
+_TOL = 1e-9
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _intersect(l, h, sl, sh, nl, nh, code):
+    """Intersect [l, h] with [nl, nh]; if disjoint, collapse to the nearest point of [l, h]."""
+    if nl > h:  # wholly above: keep h
+        return h, h, sh, sh
+    if nh < l:  # wholly below: keep l
+        return l, l, sl, sl
+    if nl > l:
+        l, sl = nl, code
+    if nh < h:
+        h, sh = nh, code
+    return l, h, sl, sh
+
+
+@njit(cache=True, nogil=True)
+def _g(a, w, lo, hi, lam, b):
+    s = 0.0
+    for i in range(a.size):
+        v = a[i] - lam * w[i]
+        if v < lo[i]:
+            v = lo[i]
+        elif v > hi[i]:
+            v = hi[i]
+        s += w[i] * v
+    return s - b
+
+
+@njit(cache=True, nogil=True)
+def _one_halfspace(a, w, b, lo, hi, out, bp):
+    """out = argmin ||x - a|| s.t. lo <= x <= hi, w.x <= b. Returns False if infeasible."""
+    n = a.size
+    g0 = _g(a, w, lo, hi, 0.0, b)
+    if g0 <= 0.0:
+        for i in range(n):
+            out[i] = min(max(a[i], lo[i]), hi[i])
+        return True
+    m = 0
+    for i in range(n):
+        if w[i] != 0.0:
+            for edge in (lo[i], hi[i]):
+                lam = (a[i] - edge) / w[i]
+                if lam > 0.0:
+                    bp[m] = lam
+                    m += 1
+    bps = np.sort(bp[:m])
+    lam_prev, g_prev = 0.0, g0
+    lam_star = -1.0
+    for j in range(m):
+        gj = _g(a, w, lo, hi, bps[j], b)
+        if gj <= 0.0:
+            if g_prev - gj > 0.0:
+                lam_star = lam_prev + g_prev * (bps[j] - lam_prev) / (g_prev - gj)
+            else:
+                lam_star = bps[j]
+            break
+        lam_prev, g_prev = bps[j], gj
+    feasible = lam_star >= 0.0
+    if not feasible:
+        lam_star = bps[m - 1] if m > 0 else 0.0
+    for i in range(n):
+        out[i] = min(max(a[i] - lam_star * w[i], lo[i]), hi[i])
+    return feasible
+
+
+@njit(cache=True, nogil=True)
+def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, By, Bu, scale,
+                   out, lo_eff, hi_eff, src, bvec, work, max_iter):
+    """Fill out (projected action), lo_eff/hi_eff/src (effective bounds and their sources),
+    bvec (b(state)). Returns 0 unchanged, 1 clipped, 2 clipped and linear limits infeasible.
+
+    dt_s < 0 means no previous action (no rate limit). Wz = W * scale (columns): the linear
+    part is solved in span-scaled coordinates z = x / scale. work: (m + 6, 2n) scratch.
+    """
+    n = a.size
+    m = Wz.shape[0]
+    for i in range(n):
+        l = lo[i]
+        h = hi[i]
+        sl = SRC_BOX
+        sh = SRC_BOX
+        if dt_s >= 0.0 and rate[i] < np.inf:
+            l, h, sl, sh = _intersect(l, h, sl, sh, prev[i] - rate[i] * dt_s, prev[i] + rate[i] * dt_s, SRC_RATE)
+        if band_lo[i] > -np.inf or band_hi[i] < np.inf:
+            l, h, sl, sh = _intersect(l, h, sl, sh, band_lo[i], band_hi[i], SRC_BAND)
+        lo_eff[i] = l
+        hi_eff[i] = h
+        src[i] = sl
+        src[n + i] = sh
+        out[i] = min(max(a[i], l), h)
+    for k in range(m):
+        s = b0[k]
+        for j in range(y.size):
+            s += By[k, j] * y[j]
+        for j in range(u.size):
+            s += Bu[k, j] * u[j]
+        bvec[k] = s
+    status = 0
+    for i in range(n):
+        if out[i] != a[i]:
+            status = 1
+            break
+    if m == 0:
+        return status
+    violated = False
+    for k in range(m):
+        s = 0.0
+        for i in range(n):
+            s += Wz[k, i] * out[i] / scale[i]
+        if s > bvec[k] + _TOL * (1.0 + abs(bvec[k])):
+            violated = True
+    if not violated:
+        return status
+    # scaled coordinates: az, loz, hiz in work rows m+2.., the result x in `out` (scaled)
+    az = work[m + 2]
+    loz = work[m + 3]
+    hiz = work[m + 4]
+    for i in range(n):
+        az[i] = a[i] / scale[i]
+        loz[i] = lo_eff[i] / scale[i]
+        hiz[i] = hi_eff[i] / scale[i]
+    x = out
+    ok = True
+    if m == 1:
+        ok = _one_halfspace(az[:n], Wz[0], bvec[0], loz[:n], hiz[:n], x, work[m + 5])
+    else:
+        # Dykstra: sets 0 (box) and 1..m (halfspaces); work[k] holds the increment of set k.
+        for i in range(n):
+            x[i] = az[i]
+        for k in range(m + 1):
+            for i in range(n):
+                work[k, i] = 0.0
+        for _ in range(max_iter):
+            change = 0.0
+            for i in range(n):
+                v = x[i] + work[0, i]
+                p = min(max(v, loz[i]), hiz[i])
+                work[0, i] = v - p
+                change = max(change, abs(p - x[i]))
+                x[i] = p
+            for k in range(m):
+                ww = 0.0
+                s = 0.0
+                for i in range(n):
+                    v = x[i] + work[k + 1, i]
+                    s += Wz[k, i] * v
+                    ww += Wz[k, i] * Wz[k, i]
+                over = (s - bvec[k]) / ww if s > bvec[k] else 0.0
+                for i in range(n):
+                    v = x[i] + work[k + 1, i]
+                    p = v - over * Wz[k, i]
+                    work[k + 1, i] = v - p
+                    change = max(change, abs(p - x[i]))
+                    x[i] = p
+            if change <= 1e-13:
+                break
+        for i in range(n):  # end on the box (hard)
+            x[i] = min(max(x[i], loz[i]), hiz[i])
+        for k in range(m):
+            s = 0.0
+            wn = 0.0
+            for i in range(n):
+                s += Wz[k, i] * x[i]
+                wn += abs(Wz[k, i])
+            if s > bvec[k] + 1e-7 * (abs(bvec[k]) + wn):
+                ok = False
+    for i in range(n):
+        out[i] = min(max(x[i] * scale[i], lo_eff[i]), hi_eff[i])
+    return 1 if ok else 2
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One clipped action component: input, reason, proposed and resulting value (plant units)."""
+
+    input: str
+    reason: str
+    proposed: float
+    applied: float
+
+    def as_dict(self) -> dict:
+        return {"input": self.input, "reason": self.reason, "proposed": self.proposed, "applied": self.applied}
+
+
+class Projector:
+    """The projection configured for one set of action inputs (names resolved once)."""
+
+    def __init__(self, section, spec, action_names: list[str]):
+        from hil.safety.config import signal_index
+
+        self.names = list(action_names)
+        n = len(self.names)
+        self.lo = np.array([spec.quantity("inputs", a).low for a in self.names])
+        self.hi = np.array([spec.quantity("inputs", a).high for a in self.names])
+        self.rate = np.full(n, np.inf)
+        for i, name in enumerate(self.names):
+            if name in section.box:
+                lo, hi = section.box[name]
+                self.lo[i], self.hi[i] = max(self.lo[i], lo), min(self.hi[i], hi)
+            if name in section.rate:
+                self.rate[i] = section.rate[name]
+        m = len(section.linear)
+        self.linear_names = [lim.name for lim in section.linear]
+        self.W = np.zeros((m, n))
+        self.b0 = np.zeros(m)
+        self.By = np.zeros((m, spec.n_outputs))
+        self.Bu = np.zeros((m, spec.n_inputs))
+        for k, lim in enumerate(section.linear):
+            for name, w in lim.w.items():
+                self.W[k, self.names.index(name)] = w
+            self.b0[k] = lim.b0
+            for sig, coef in lim.b.items():
+                kind, j = signal_index(spec, sig)
+                (self.Bu if kind == "u" else self.By)[k, j] += coef
+        self.scale = np.array([max(spec.quantity("inputs", a).high - spec.quantity("inputs", a).low, 1e-12)
+                               for a in self.names])
+        self.Wz = self.W * self.scale[None, :]
+        self.max_iter = int(section.max_iter)
+        self.out = np.zeros(n)
+        self.lo_eff = np.zeros(n)
+        self.hi_eff = np.zeros(n)
+        self.src = np.zeros(2 * n, dtype=np.int64)
+        self.bvec = np.zeros(m)
+        self.work = np.zeros((m + 6, 2 * n))
+        self.no_band_lo = np.full(n, -np.inf)
+        self.no_band_hi = np.full(n, np.inf)
+        self._nan = np.full(n, np.nan)
+        self.infeasible = False
+
+    def project(self, a, prev, dt_s, y, u, band_lo=None, band_hi=None) -> tuple[np.ndarray, list[Clip]]:
+        """(projected action, clips). prev=None or dt_s < 0: no rate limit. Returns a copy."""
+        a = np.asarray(a, dtype=np.float64)
+        if prev is None:
+            prev, dt_s = self._nan, -1.0
+        status = project_kernel(
+            a, prev, float(dt_s), y, u, self.lo, self.hi, self.rate,
+            self.no_band_lo if band_lo is None else band_lo,
+            self.no_band_hi if band_hi is None else band_hi,
+            self.Wz, self.b0, self.By, self.Bu, self.scale,
+            self.out, self.lo_eff, self.hi_eff, self.src, self.bvec, self.work, self.max_iter,
+        )
+        self.infeasible = status == 2
+        out = self.out.copy()
+        if status == 0:
+            return out, []
+        return out, self._clips(a, out, status == 2)
+
+    def _clips(self, a: np.ndarray, out: np.ndarray, infeasible: bool) -> list[Clip]:
+        n = len(self.names)
+        clips: list[Clip] = []
+        active = []
+        for k in range(self.W.shape[0]):
+            if float(self.W[k] @ a) > self.bvec[k] and float(self.W[k] @ out) >= self.bvec[k] - 1e-6 * (1 + abs(self.bvec[k])):
+                active.append(k)
+        for i in range(n):
+            if math.isclose(out[i], a[i], rel_tol=1e-12, abs_tol=1e-12):
+                continue
+            span = max(self.hi_eff[i] - self.lo_eff[i], 1e-12)
+            reasons = []
+            if out[i] <= self.lo_eff[i] + 1e-9 * span and a[i] < out[i]:
+                reasons.append(f"{_SRC_NAMES[self.src[i]]}_low")
+            elif out[i] >= self.hi_eff[i] - 1e-9 * span and a[i] > out[i]:
+                reasons.append(f"{_SRC_NAMES[self.src[n + i]]}_high")
+            linear = [f"linear:{self.linear_names[k]}" for k in active if self.W[k, i] != 0.0]
+            if linear and (not reasons or self.lo_eff[i] + 1e-9 * span < out[i] < self.hi_eff[i] - 1e-9 * span):
+                reasons = linear
+            elif linear:
+                reasons += linear
+            if infeasible:
+                reasons.append("infeasible")
+            clips.append(Clip(self.names[i], "+".join(reasons) or "linear", float(a[i]), float(out[i])))
+        return clips

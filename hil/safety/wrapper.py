@@ -1,0 +1,302 @@
+"""The safety process: observations and proposals in, the action that may act out.
+
+    python -m hil.safety.wrapper SCENARIO.toml [--log PATH] [--status PATH] [--parent-pid PID]
+
+Sockets (see hil/bus_config.py): PULL obs_safety (connect), PULL proposal (bind), PUSH action
+(connect), PUSH command (bind; load/rollback orders to the policy), PUB advice (bind; advisory
+mode), REP control (bind; `hil safety status|promote|demote|rollback`).
+
+For each newest observation the process waits for the policy's proposal answering it until a
+deadline ([bus].policy_deadline_s; default half a loop period in real time, half the lockstep
+timeout in lockstep; 50 ms at most after three misses in a row, so a dead policy does not slow
+a lockstep run to a crawl); then it decides (hil/safety/core.py) with the proposal or, if none came,
+with the baseline controller (the policy is silent), and sends the action. Every decision
+that matters is a line of the JSONL decision log; the status file and the control socket show
+mode, version, alarms and counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgpack
+import zmq
+
+from hil.bus import Receiver, Sender, drain, open_socket, payload_schema, send_nowait, send_retry, vec
+
+
+class DecisionLog:
+    """JSONL, one record per line, each stamped with wall_ns; flushed at most every 0.2 s wall."""
+
+    URGENT = ("alarm", "rollback", "mode", "fallback_enter", "silent_enter", "stop", "start")
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", buffering=1 << 16)
+        self._next_flush = 0.0
+        self.lines = 0
+
+    def __call__(self, rec: dict) -> None:
+        rec.setdefault("wall_ns", time.time_ns())
+        self._f.write(json.dumps(rec, separators=(",", ":"), default=_jsonable) + "\n")
+        self.lines += 1
+        now = time.monotonic()
+        if rec.get("event") in self.URGENT or now >= self._next_flush:
+            self._f.flush()
+            self._next_flush = now + 0.2
+
+    def close(self) -> None:
+        self._f.flush()
+        self._f.close()
+
+
+def _jsonable(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _template(path: str, scenario: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return path.format(scenario=scenario, timestamp=stamp)
+
+
+class SafetyProcess:
+    def __init__(self, scenario, scenario_path: str | None = None, log_path: str | None = None,
+                 status_path: str | None = None):
+        from hil.bus_config import action_input_names
+        from hil.policy.loader import policy_store
+        from hil.safety.core import SafetyCore
+        from plants.base import load_plant_module
+
+        if scenario.safety is None or scenario.policy is None or scenario.bus is None:
+            raise ValueError("the safety process needs [bus], [policy] and [safety] sections")
+        self.scenario = scenario
+        self.spec = spec = load_plant_module(scenario.plant.model).SPEC
+        self.names = action_input_names(scenario, spec)
+        store = policy_store(scenario.policy, scenario_path)
+        if store is not None:
+            version = store.resolve(scenario.policy.version)
+        else:
+            version = scenario.policy.entry or f"onnx:{scenario.policy.onnx}"
+        self.log_path = log_path or _template(scenario.safety.decision_log, scenario.name)
+        self.status_path = status_path or scenario.safety.status_path or str(
+            Path(self.log_path).with_suffix("").as_posix() + ".status.json")
+        self.log = DecisionLog(self.log_path)
+        self.core = SafetyCore(scenario, spec, self.names, store, version, log=self.log)
+        n_out, n_in, n_act = spec.n_outputs, spec.n_inputs, len(self.names)
+        self.obs_rx = Receiver("obs", payload_schema("obs", n_out, n_in, n_act))
+        self.prop_rx = Receiver("proposal", payload_schema("proposal", n_out, n_in, n_act))
+        self.action_tx = Sender("action")
+        self.command_tx = Sender("command")
+        self.c = {"actions_sent": 0, "actions_unsent": 0, "obs_unanswered": 0, "deadline_misses": 0,
+                  "commands_sent": 0, "control_requests": 0}
+        self.period_s = scenario.loop.period_s
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile (or load from Numba's cache) the projection before anyone waits on us."""
+        import numpy as np
+
+        pr = self.core.projector
+        y, u = self.spec.nominal("outputs"), self.spec.nominal("inputs")
+        mid = 0.5 * (pr.lo + pr.hi)
+        pr.project(mid, mid, 1.0, y, u)
+        pr.project(pr.hi + 1.0, None, -1.0, y, u, np.full(mid.size, -np.inf), np.full(mid.size, np.inf))
+
+    # ---- one observation ----
+    def _decide(self, obs, proposal, socks, silent_reason="no proposal") -> None:
+        p = obs.payload
+        d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True)
+        data = self.action_tx.encode(obs.step, obs.t_s, {
+            "a": vec(d.action), "source": d.source, "mode": d.mode,
+            "advice": None if d.advice is None else vec(d.advice)})
+        retry_s = 0.25 * self.scenario.bus.lockstep_timeout_s if p["lockstep"] else 0.0
+        if send_nowait(socks["action"], data) or (retry_s and send_retry(socks["action"], data, retry_s)):
+            self.c["actions_sent"] += 1
+        else:
+            self.c["actions_unsent"] += 1
+        if d.advice is not None:
+            send_nowait(socks["advice"], data)
+        if d.command is not None:
+            cmd = self.command_tx.encode(-1, obs.t_s, {"op": "load", "version": d.command,
+                                                       "reason": "rollback" if self.core.keeper.history else "sync"})
+            if send_nowait(socks["command"], cmd) or (retry_s and send_retry(socks["command"], cmd, retry_s)):
+                self.c["commands_sent"] += 1
+        self.core.finish()  # bookkeeping and log, off the round trip
+
+    def _control(self, req: bytes) -> bytes:
+        self.c["control_requests"] += 1
+        try:
+            msg = msgpack.unpackb(req, raw=False)
+            op = msg.get("op") if isinstance(msg, dict) else None
+        except Exception:
+            op = None
+        t_s = self.core.last_t or 0.0
+        if op == "status":
+            out = {"ok": True, "status": self.status()}
+        elif op == "promote":
+            res = self.core.promote(by=str(msg.get("by", "operator")))
+            out = {"ok": res["passed"], "gate": res, "mode": self.core.rollout.mode}
+        elif op == "demote":
+            to = msg.get("to")
+            try:
+                changed = self.core.demote(t_s, to, str(msg.get("reason", "operator")))
+                out = {"ok": True, "changed": changed, "mode": self.core.rollout.mode}
+            except ValueError as exc:
+                out = {"ok": False, "error": str(exc)}
+        elif op == "rollback":
+            new = self.core.rollback(t_s, "operator: " + str(msg.get("reason", "manual rollback")))
+            out = {"ok": True, "version": new}
+        else:
+            out = {"ok": False, "error": f"unknown op {op!r} (status, promote, demote, rollback)"}
+        self._write_status()
+        return msgpack.packb(out, use_bin_type=True, default=_jsonable)
+
+    def status(self) -> dict:
+        s = self.core.status()
+        s["counters"].update(self.c)
+        s["counters"].update({f"obs_{k}": v for k, v in self.obs_rx.counters.items()})
+        s["counters"].update({f"proposal_{k}": v for k, v in self.prop_rx.counters.items()})
+        s["decision_log"] = self.log_path
+        s["pid"] = os.getpid()
+        return s
+
+    def _write_status(self) -> None:
+        tmp = self.status_path + ".tmp"
+        Path(tmp).parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(self.status(), f, default=_jsonable)
+        os.replace(tmp, self.status_path)
+
+    # ---- the process loop ----
+    def run(self, parent_pid: int | None = None) -> None:
+        bus, name = self.scenario.bus, self.scenario.name
+        ctx = zmq.Context()
+        ep = lambda n: bus.endpoint(n, name)  # noqa: E731
+        socks = {
+            "obs": open_socket(ctx, zmq.PULL, ep("obs_safety"), bind=False, hwm=bus.hwm),
+            "proposal": open_socket(ctx, zmq.PULL, ep("proposal"), bind=True, hwm=bus.hwm),
+            "action": open_socket(ctx, zmq.PUSH, ep("action"), bind=False, hwm=bus.hwm),
+            "command": open_socket(ctx, zmq.PUSH, ep("command"), bind=True, hwm=bus.hwm),
+            "advice": open_socket(ctx, zmq.PUB, ep("advice"), bind=True, hwm=bus.hwm),
+            "control": open_socket(ctx, zmq.REP, ep("control"), bind=True, hwm=bus.hwm),
+        }
+        poller = zmq.Poller()
+        for key in ("obs", "proposal", "control"):
+            poller.register(socks[key], zmq.POLLIN)
+        stop = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.append(1))
+        pending = None  # (obs message, wall deadline)
+        early: dict[int, object] = {}  # proposals that arrived before their observation
+        misses = 0  # consecutive observations the policy did not answer in time
+        next_status = 0.0
+        self._write_status()
+        try:
+            while not stop:
+                now = time.monotonic()
+                timeout_ms = 200.0 if pending is None else max(0.0, (pending[1] - now) * 1000.0)
+                events = dict(poller.poll(timeout_ms if timeout_ms >= 1.0 else (1 if timeout_ms > 0 else 0)))
+                if socks["obs"] in events:
+                    newest = None
+                    for raw in drain(socks["obs"]):
+                        msg = self.obs_rx.decode(raw)
+                        if msg is not None and (newest is None or msg.step > newest.step):
+                            if newest is not None:
+                                self.obs_rx.count("superseded")
+                            newest = msg
+                    if newest is not None and newest.step > self.core.last_step:
+                        if pending is not None:
+                            self.c["obs_unanswered"] += 1
+                        deadline = bus.deadline_s(self.period_s, newest.payload["lockstep"])
+                        if misses >= 3:  # a dead policy must not slow a lockstep run to a crawl
+                            deadline = min(deadline, 0.05)
+                        pending = (newest, time.monotonic() + deadline)
+                        early = {k: v for k, v in early.items() if k >= newest.step}
+                        if newest.step in early:
+                            self._decide(newest, early.pop(newest.step), socks)
+                            pending = None
+                            misses = 0
+                if socks["proposal"] in events:
+                    for raw in drain(socks["proposal"]):
+                        msg = self.prop_rx.decode(raw)
+                        if msg is None:
+                            continue
+                        if pending is not None and msg.step == pending[0].step:
+                            self._decide(pending[0], msg, socks)
+                            pending = None
+                            misses = 0
+                        elif msg.step > (pending[0].step if pending is not None else self.core.last_step):
+                            if len(early) < 8:
+                                early[msg.step] = msg
+                        else:
+                            self.prop_rx.count("dropped_too_old")
+                if socks["control"] in events:
+                    for raw in drain(socks["control"], 1):
+                        socks["control"].send(self._control(raw))
+                now = time.monotonic()
+                if pending is not None and now >= pending[1]:
+                    self.c["deadline_misses"] += 1
+                    misses += 1
+                    ms = (now - pending[1]) * 1e3 + bus.deadline_s(self.period_s, pending[0].payload["lockstep"]) * 1e3
+                    self._decide(pending[0], None, socks, f"no valid proposal within {ms:.1f} ms")
+                    pending = None
+                if now >= next_status:
+                    next_status = now + 0.5
+                    self._write_status()
+                    if parent_pid and not _alive(parent_pid):
+                        break
+        finally:
+            self.log({"event": "stop", "t_s": self.core.last_t, "counters": self.status()["counters"]})
+            self._write_status()
+            self.log.close()
+            for s in socks.values():
+                s.close(0)
+            ctx.term()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def main(argv=None) -> int:
+    from hil.errors import ConfigError
+    from hil.safety.launch import load_child_scenario
+
+    ap = argparse.ArgumentParser(prog="python -m hil.safety.wrapper", description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--log", default=None, help="decision log (JSONL); default [safety].decision_log")
+    ap.add_argument("--status", default=None, help="status file (JSON); default beside the log")
+    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
+    args = ap.parse_args(argv)
+    try:
+        scenario = load_child_scenario(args.config, args.scenario_json)
+        proc = SafetyProcess(scenario, args.config, args.log, args.status)
+    except (ConfigError, ValueError) as exc:
+        print(f"safety: {exc}", file=sys.stderr)
+        return 2
+    print(f"safety: mode {proc.core.rollout.mode}, policy {proc.core.version}, log {proc.log_path}",
+          file=sys.stderr, flush=True)
+    proc.run(args.parent_pid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

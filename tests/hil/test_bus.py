@@ -1,0 +1,299 @@
+"""The bus: message encoding, validation and dropping, and the loop's end (LoopBusEndpoint)."""
+
+import math
+import os
+import tempfile
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from hil.bus import (
+    SCHEMA_VERSION,
+    LoopBusEndpoint,
+    Receiver,
+    Sender,
+    drain,
+    open_socket,
+    payload_schema,
+)
+from hil.bus_config import BusSection
+
+N_OUT, N_IN, N_ACT = 3, 4, 2
+
+
+def _rx(kind="action"):
+    return Receiver(kind, payload_schema(kind, N_OUT, N_IN, N_ACT))
+
+
+def _action(sender, step=0, a=(1.0, 2.0), **payload):
+    body = {"a": list(a), "source": "policy", "mode": "full", "advice": None}
+    body.update(payload)
+    return sender.encode(step, step + 1.0, body)
+
+
+def _raw(**fields):
+    msg = {"v": SCHEMA_VERSION, "kind": "action", "sid": 5, "seq": 1, "step": 0, "t_s": 1.0,
+           "wall_ns": time.time_ns(), "payload": {"a": [1.0, 2.0], "source": "p", "mode": "full", "advice": None}}
+    for k, v in fields.items():
+        if v is KeyError:
+            msg.pop(k)
+        else:
+            msg[k] = v
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def test_every_kind_round_trips_with_its_header():
+    for kind, payload in (
+        ("obs", {"y": [1.0, 2.0, 3.0], "u": [0.0, 1, 2.5, -1.0], "lockstep": True}),
+        ("proposal", {"a": [1.0, 2.0], "members": [[1.0, 2.0], [1.5, 2.5]], "version": "v3", "compute_us": 12.5}),
+        ("action", {"a": [1.0, 2.0], "source": "baseline:silent", "mode": "limited", "advice": [0.5, 0.5]}),
+        ("command", {"op": "load", "version": "v1", "reason": "rollback"}),
+    ):
+        s = Sender(kind)
+        before = time.time_ns()
+        msg = _rx(kind).decode(s.encode(7, 8.0, payload))
+        assert msg is not None, kind
+        assert (msg.kind, msg.sid, msg.seq, msg.step, msg.t_s) == (kind, s.sid, 1, 7, 8.0)
+        assert before <= msg.wall_ns <= time.time_ns()
+        for key, value in payload.items():
+            got = msg.payload[key]
+            if isinstance(value, list):
+                np.testing.assert_array_equal(got, np.array(value, dtype=float))
+                assert got.dtype == np.float64
+            else:
+                assert got == value
+
+
+@pytest.mark.parametrize(
+    "raw, counter",
+    [
+        (b"\xc1 not msgpack", "dropped_malformed"),
+        (b"", "dropped_malformed"),
+        (msgpack.packb([1, 2, 3]), "dropped_malformed"),
+        (_raw(v=SCHEMA_VERSION + 1), "dropped_schema"),
+        (_raw(v="1"), "dropped_schema"),
+        (_raw(kind="obs"), "dropped_schema"),
+        (_raw(seq=KeyError), "dropped_malformed"),
+        (_raw(extra=1), "dropped_malformed"),
+        (_raw(seq="1"), "dropped_malformed"),
+        (_raw(seq=0), "dropped_malformed"),
+        (_raw(step=1.5), "dropped_malformed"),
+        (_raw(t_s=float("nan")), "dropped_nonfinite"),
+        (_raw(t_s=float("inf")), "dropped_nonfinite"),
+        (_raw(payload={"a": [1.0, 2.0], "source": "p", "mode": "full"}), "dropped_malformed"),
+        (_raw(payload={"a": [1.0, "2"], "source": "p", "mode": "full", "advice": None}), "dropped_malformed"),
+        (_raw(payload={"a": [1.0, True], "source": "p", "mode": "full", "advice": None}), "dropped_malformed"),
+        (_raw(payload={"a": [1.0, 2.0, 3.0], "source": "p", "mode": "full", "advice": None}), "dropped_shape"),
+        (_raw(payload={"a": [1.0], "source": "p", "mode": "full", "advice": None}), "dropped_shape"),
+        (_raw(payload={"a": [1.0, float("nan")], "source": "p", "mode": "full", "advice": None}), "dropped_nonfinite"),
+        (_raw(payload={"a": [1.0, 2.0], "source": "p", "mode": "full", "advice": [float("inf"), 0.0]}),
+         "dropped_nonfinite"),
+        (_raw(payload={"a": [1.0, 2.0], "source": 3, "mode": "full", "advice": None}), "dropped_malformed"),
+    ],
+)
+def test_bad_messages_are_dropped_and_counted(raw, counter):
+    rx = _rx()
+    assert rx.decode(raw) is None
+    assert rx.counters[counter] == 1
+    assert rx.dropped == 1 and rx.counters["accepted"] == 0
+    # a bad message never advances the sequence state: a good one right after is taken
+    assert rx.decode(_raw()) is not None
+
+
+def test_replays_and_old_sequence_numbers_are_dropped():
+    rx, s = _rx(), Sender("action")
+    first, second, third = (_action(s, step=i) for i in range(3))
+    assert rx.decode(first) is not None
+    assert rx.decode(first) is None  # exact replay
+    assert rx.decode(third) is not None
+    assert rx.decode(second) is None  # older sequence number, arrived late
+    assert rx.counters["dropped_replay"] == 2
+    # a restarted sender (newer session) is accepted from seq 1 ...
+    restarted = Sender("action", sid=s.sid + 1)
+    assert rx.decode(_action(restarted)) is not None
+    # ... and the old session is over: its next message is a replay of the past
+    assert rx.decode(_action(s, step=5)) is None
+    assert rx.counters["dropped_replay"] == 3
+
+
+def test_bus_section_endpoints_and_watchdog():
+    ipc = BusSection(ipc_dir="/tmp/x")
+    assert ipc.endpoint("action", "sc") == "ipc:///tmp/x/action"
+    tcp = BusSection(transport="tcp", tcp_base_port=6000, endpoints={"control": "tcp://127.0.0.1:7000"})
+    assert tcp.endpoint("obs_policy", "sc") == "tcp://127.0.0.1:6000"
+    assert tcp.endpoint("action", "sc") == "tcp://127.0.0.1:6003"
+    assert tcp.endpoint("control", "sc") == "tcp://127.0.0.1:7000"
+    assert BusSection().watchdog_steps(0.5) == 2
+    assert BusSection(watchdog_s=3.0).watchdog_steps(1.0) == 3
+    assert BusSection(watchdog_s=0.1).watchdog_steps(1.0) == 1
+    assert BusSection().deadline_s(0.01, lockstep=False) == pytest.approx(0.005)
+    assert BusSection(lockstep_timeout_s=4.0).deadline_s(0.01, lockstep=True) == pytest.approx(2.0)
+
+
+# ---- the loop's endpoint against a fake safety process (real sockets, in this process) ----
+
+
+@pytest.fixture
+def bus_dir():
+    d = tempfile.mkdtemp(prefix="hb", dir="/tmp")
+    yield d
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    os.rmdir(d)
+
+
+@pytest.fixture
+def rig(bus_dir):
+    """A LoopBusEndpoint plus peer sockets standing in for the policy and safety processes."""
+    addrs = {n: f"ipc://{bus_dir}/{n}" for n in ("obs_policy", "obs_safety", "action")}
+    ep = LoopBusEndpoint(
+        obs_addrs=[addrs["obs_policy"], addrs["obs_safety"]], action_addr=addrs["action"],
+        n_outputs=N_OUT, n_inputs=N_IN, action_names=["b", "d"],
+        apply_index=np.array([1, 3]), apply_pos=np.array([0, 1]), fallback=np.array([-1.0, -2.0]),
+        watchdog_steps=2, lockstep_timeout_s=2.0, max_action_age_steps=2)
+    ctx = zmq.Context()
+    peers = {
+        "policy": open_socket(ctx, zmq.PULL, addrs["obs_policy"], bind=False),
+        "safety": open_socket(ctx, zmq.PULL, addrs["obs_safety"], bind=False),
+        "action": open_socket(ctx, zmq.PUSH, addrs["action"], bind=False),
+    }
+    time.sleep(0.2)  # connections up
+    try:
+        yield ep, peers
+    finally:
+        for s in peers.values():
+            s.close(0)
+        ctx.term()
+        ep.close()
+
+
+def _send(sock, data, ep=None):
+    sock.send(data)
+    if ep is not None:
+        assert ep._action_sock.poll(2000)  # delivered before the loop polls (poll does not consume)
+    time.sleep(0.02)
+
+
+def _step(ep, k, lockstep=False):
+    u = np.zeros(N_IN)
+    ep.before_step(k, float(k), u, lockstep)
+    ep.after_step(k, k + 1.0, np.arange(N_OUT, dtype=float), u)
+    return u
+
+
+def test_observations_reach_both_peers_and_actions_apply_to_bus_inputs(rig):
+    ep, peers = rig
+    u = _step(ep, 0)
+    np.testing.assert_array_equal(u, [0.0, -1.0, 0.0, -2.0])  # no action yet: fallback
+    for peer in ("policy", "safety"):
+        assert peers[peer].poll(2000)
+        raws = drain(peers[peer])
+        assert len(raws) == 1
+        msg = _rx("obs").decode(raws[0])
+        assert msg.step == 0 and msg.t_s == 1.0
+        np.testing.assert_array_equal(msg.payload["y"], [0.0, 1.0, 2.0])
+    safety = Sender("action")
+    _send(peers["action"], _action(safety, step=0, a=(5.0, 6.0)), ep)
+    u = _step(ep, 1)
+    np.testing.assert_array_equal(u, [0.0, 5.0, 0.0, 6.0])
+    assert ep.counters()["actions_applied"] == 1 and ep.counters()["no_action_steps"] == 1
+
+
+def test_garbage_replays_and_old_actions_are_counted_never_applied(rig):
+    ep, peers = rig
+    safety = Sender("action")
+    for k in range(4):
+        _step(ep, k)
+    good = _action(safety, step=3, a=(5.0, 6.0))
+    _send(peers["action"], good, ep)
+    u = _step(ep, 4)
+    np.testing.assert_array_equal(u[[1, 3]], [5.0, 6.0])
+    hostile = [
+        b"garbage",
+        good,  # replay of the applied action
+        _action(Sender("action", sid=1), step=4, a=(99.0, 99.0)),  # an old session
+        _action(safety, step=0, a=(98.0, 98.0)),  # answers an observation 5 steps old
+        _action(safety, step=40, a=(97.0, 97.0)),  # answers an observation never published
+        _raw(v=99, step=4),
+        _action(safety, step=4, a=(math.nan, 1.0)),
+    ]
+    for raw in hostile:
+        peers["action"].send(raw)
+    assert ep._action_sock.poll(2000)
+    time.sleep(0.1)
+    u = _step(ep, 5)
+    np.testing.assert_array_equal(u[[1, 3]], [5.0, 6.0])  # still the last valid action
+    c = ep.counters()
+    assert c["action_dropped_malformed"] == 1
+    assert c["action_dropped_replay"] == 2
+    assert c["action_dropped_too_old"] == 1
+    assert c["dropped_future"] == 1
+    assert c["action_dropped_schema"] == 1
+    assert c["action_dropped_nonfinite"] == 1
+    assert c["action_accepted"] == 3  # good, old-step and future passed validation, then staleness
+
+
+def test_newest_valid_action_wins_and_watchdog_applies_fallback(rig):
+    ep, peers = rig
+    safety = Sender("action")
+    for k in range(3):
+        _step(ep, k)
+    peers["action"].send(_action(safety, step=1, a=(1.0, 1.0)))
+    _send(peers["action"], _action(safety, step=2, a=(2.0, 2.0)), ep)
+    u = _step(ep, 3)
+    np.testing.assert_array_equal(u[[1, 3]], [2.0, 2.0])
+    assert ep.counters()["action_superseded"] == 1
+    # the safety process goes silent: one step holds the action, the second applies the fallback
+    u = _step(ep, 4)
+    np.testing.assert_array_equal(u[[1, 3]], [2.0, 2.0])
+    u = _step(ep, 5)
+    np.testing.assert_array_equal(u[[1, 3]], [-1.0, -2.0])
+    assert ep.in_fallback and ep.counters()["watchdog_trips"] == 1
+    _step(ep, 6)
+    assert ep.counters()["fallback_steps"] == 2 and ep.counters()["watchdog_trips"] == 1
+    # it comes back: the next valid action applies at once
+    _send(peers["action"], _action(safety, step=6, a=(3.0, 3.0)), ep)
+    u = _step(ep, 7)
+    np.testing.assert_array_equal(u[[1, 3]], [3.0, 3.0])
+    assert not ep.in_fallback
+
+
+def test_lockstep_waits_for_the_answer_and_times_out(rig):
+    ep, peers = rig
+    ep.lockstep_timeout_s = 1.0
+    _step(ep, 0, lockstep=True)
+    safety = Sender("action")
+    import threading
+
+    def answer_late():
+        time.sleep(0.1)
+        peers["action"].send(_action(safety, step=0, a=(4.0, 4.0)))
+
+    threading.Thread(target=answer_late).start()
+    t0 = time.monotonic()
+    u = _step(ep, 1, lockstep=True)
+    assert 0.05 < time.monotonic() - t0 < 1.0  # waited for the answer, not for the timeout
+    np.testing.assert_array_equal(u[[1, 3]], [4.0, 4.0])
+    t0 = time.monotonic()
+    _step(ep, 2, lockstep=True)  # nobody answers: bounded wait, counted
+    assert time.monotonic() - t0 >= 1.0
+    assert ep.counters()["lockstep_timeouts"] == 1
+
+
+def test_unconnected_peer_is_counted_never_blocks(bus_dir):
+    ep = LoopBusEndpoint(
+        obs_addrs=[f"ipc://{bus_dir}/o1", f"ipc://{bus_dir}/o2"], action_addr=f"ipc://{bus_dir}/a",
+        n_outputs=N_OUT, n_inputs=N_IN, action_names=["b"], apply_index=np.array([0]),
+        apply_pos=np.array([0]), fallback=np.array([0.0]), watchdog_steps=2, lockstep_timeout_s=1.0,
+        max_action_age_steps=2)
+    try:
+        t0 = time.monotonic()
+        for k in range(50):
+            _step(ep, k)
+        assert time.monotonic() - t0 < 5.0  # 50 steps: never waits for the missing peers
+        assert ep.counters()["obs_unsent"] == 100 and ep.counters()["obs_sent"] == 0
+    finally:
+        ep.close()

@@ -1,0 +1,397 @@
+"""The loop, the policy and the safety wrapper as three processes over the bus (hil.runtime).
+
+Real sockets (ipc:// in a short temp dir, or tcp://127.0.0.1 on free ports), real child
+processes started by hil.safety.launch through the runtime, faults injected mid-run.
+"""
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from hil.bus import SCHEMA_VERSION, Sender
+from hil.config import parse_scenario
+from hil.recorder import read_recording
+from hil.runtime import Runtime
+from plants.base import load_plant_module
+from tests.hil.safety.helpers import (
+    CONFIG,
+    base_dict,
+    chain_changes,
+    copy_policies,
+    merge,
+    read_log,
+    remove_ipc_dirs,
+)
+
+SPEC = load_plant_module("bioreactor").SPEC
+LO, HI = SPEC.lows("outputs"), SPEC.highs("outputs")
+Y_COLS = [f"y.{n}" for n in SPEC.names("outputs")]
+
+
+@pytest.fixture(autouse=True)
+def _clean_ipc_dirs():
+    yield
+    remove_ipc_dirs()
+
+
+def _scenario(tmp_path, transport="ipc", **changes):
+    data = merge(base_dict(), chain_changes(tmp_path, transport, **changes))
+    return parse_scenario(data)
+
+
+def _run(tmp_path, sc, *, lockstep, duration, on_status=None, setup=None, name="rec"):
+    rt = Runtime(sc, lockstep=lockstep, duration_s=duration, record_path=str(tmp_path / name),
+                 scenario_path=str(CONFIG))
+    try:
+        if setup is not None:
+            setup(rt)
+        summary = rt.run(on_status)
+        handles = rt.__dict__.get("_policy_handles")
+        assert handles is None  # the runtime stopped its children
+    finally:
+        rt.close()
+    assert summary.state == "stopped", summary.error
+    return summary, read_recording(tmp_path / name)
+
+
+def _in_bounds(df):
+    y = df[Y_COLS].to_numpy()
+    assert np.isfinite(y).all()
+    assert (y >= LO).all() and (y <= HI).all()
+
+
+def _decisions(log, step_from=None):
+    return [r for r in log if r["event"] == "decision" and (step_from is None or r["step"] >= step_from)]
+
+
+FULL = {"safety": {"mode": "full", "log_every_step": True, "rollout": {"auto_promote": False}}}
+
+
+def test_lockstep_chain_is_reproducible(tmp_path):
+    frames, counters = [], []
+    for name in ("a", "b"):
+        sc = _scenario(tmp_path / name, **FULL)
+        (tmp_path / name).mkdir()
+        summary, df = _run(tmp_path / name, sc, lockstep=True, duration=300.0)
+        frames.append(df.drop(columns=["wall_ns", "lateness_us"]))
+        counters.append(summary.extra["bus"])
+    assert len(frames[0]) == 300
+    assert frames[0].equals(frames[1])
+    for c in counters:
+        assert c["actions_applied"] == 299 and c["lockstep_timeouts"] == 0 and c["watchdog_trips"] == 0
+    log = read_log(tmp_path / "a" / "decisions.jsonl")
+    acted = {r["step"]: r["source"] for r in _decisions(log)}
+    # the policy acted throughout (the last observation's answer races the end of the run)
+    assert all(acted.get(k) == "policy" for k in range(299)), {k: v for k, v in acted.items() if v != "policy"}
+    _in_bounds(frames[0])
+
+
+def test_policy_killed_mid_run_fallback_within_two_periods(tmp_path):
+    sc = _scenario(tmp_path, loop={"time_scale": 50.0}, **FULL)  # 20 ms period
+    killed = {}
+
+    def on_status(status):
+        h = rt_holder[0]._policy_handles
+        if not killed and status["sim_time_s"] >= 60.0:
+            killed["step"] = status["steps"] - 1  # the observation just published
+            os.kill(h.policy.pid, signal.SIGKILL)
+            killed["code"] = h.policy.wait(5)
+
+    rt_holder = []
+    summary, df = _run(tmp_path, sc, lockstep=False, duration=150.0, on_status=on_status,
+                       setup=rt_holder.append)
+    assert killed["code"] == -signal.SIGKILL
+    k = killed["step"]
+    log = read_log(tmp_path / "decisions.jsonl")
+    after = _decisions(log, step_from=k + 1)
+    first_silent = min(r["step"] for r in _decisions(log) if r["source"] == "baseline:silent" and r["step"] >= k)
+    assert first_silent <= k + 2, (k, first_silent)
+    assert all(r["source"] == "baseline:silent" for r in after if r["step"] >= first_silent)
+    assert any(r["event"] == "silent_enter" and r["step"] >= k for r in log)
+    # the baseline's actions are what the plant got: the action for observation j applies at step j + 1
+    acts = {r["step"]: r["action"] for r in after}
+    steps = [j for j in range(first_silent, int(df["step"].max())) if j in acts and (j + 1) in set(df["step"])]
+    assert len(steps) > 50
+    app = df.set_index("step")[["app.base_flow", "app.agitation_power"]]
+    matched = sum(np.allclose(app.loc[j + 1].to_numpy(), acts[j]) for j in steps)
+    assert matched >= 0.95 * len(steps)  # (a late step may apply the held action instead)
+    _in_bounds(df)
+    assert df["y.dissolved_oxygen"].min() > 20.0
+    assert summary.extra["bus"]["watchdog_trips"] == 0 or summary.extra["bus"]["fallback_steps"] < 10
+
+
+def test_safety_hung_loop_fallback_acts_then_recovers(tmp_path):
+    sc = _scenario(tmp_path, loop={"time_scale": 50.0}, **FULL)
+    marks = {}
+
+    def on_status(status):
+        h = rt_holder[0]._policy_handles
+        if "stop" not in marks and status["sim_time_s"] >= 40.0:
+            marks["stop"] = status["steps"] - 1
+            os.kill(h.safety.pid, signal.SIGSTOP)
+        elif "stop" in marks and "cont" not in marks and status["sim_time_s"] >= 80.0:
+            marks["cont"] = status["steps"] - 1
+            os.kill(h.safety.pid, signal.SIGCONT)
+
+    rt_holder = []
+    summary, df = _run(tmp_path, sc, lockstep=False, duration=140.0, on_status=on_status, setup=rt_holder.append)
+    bus = summary.extra["bus"]
+    assert bus["watchdog_trips"] >= 1 and bus["fallback_steps"] >= 20
+    fallback = np.array([0.0003, 30.0])  # [bus].fallback_action
+    app = df.set_index("step")[["app.base_flow", "app.agitation_power"]]
+    s, c = marks["stop"], marks["cont"]
+    # within two periods of the hang (+1: the action held for the step in flight), the loop's own action
+    held = [np.allclose(app.loc[j].to_numpy(), fallback) for j in range(s + 4, c)]
+    assert all(held), held.index(False)
+    # the safety process resumes: its actions apply again, the loop's fallback stops
+    tail = app.loc[c + 20:].to_numpy()
+    assert len(tail) > 20 and not any(np.allclose(r, fallback) for r in tail)
+    _in_bounds(df)
+    status = json.loads((tmp_path / "safety-status.json").read_text())
+    assert status["counters"]["proposal_dropped_too_old"] > 0  # the backlog it woke up to
+
+
+def test_drifting_do_sensor_monitor_rolls_back_and_says_why(tmp_path):
+    pol = copy_policies(tmp_path, extra_known_good=True)  # v1 good, v2 bad candidate, v3 good
+    sc = _scenario(tmp_path, policy={"directory": str(pol), "version": "v3"},
+                   safety={"mode": "full", "rollout": {"auto_promote": False}, "monitor": {"demote_to": None}})
+    i_do = SPEC.index("outputs", "dissolved_oxygen")
+
+    def drift(rt):
+        publish = rt.bus.after_step
+
+        def biased(step, t_s, y_meas, u_applied):
+            y = y_meas.copy()
+            y[i_do] -= 0.5 * max(0.0, t_s - 30.0)  # the DO probe drifts -0.5 %/s from t = 30 s
+            publish(step, t_s, y, u_applied)
+
+        rt.bus.after_step = biased
+
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=300.0, setup=drift)
+    log = read_log(tmp_path / "decisions.jsonl")
+    rollbacks = [r for r in log if r["event"] == "rollback"]
+    assert rollbacks, [r for r in log if r["event"] != "decision"][:20]
+    first = rollbacks[0]
+    assert first["from"] == "v3" and first["to"] == "v1"  # previous known-good: skips candidate v2
+    assert "rule do_low: dissolved_oxygen < 20 for 30 s" in first["reason"]
+    alarms = [r for r in log if r["event"] == "alarm"]
+    assert alarms and alarms[0]["rule"] == "do_low" and alarms[0]["t_s"] == first["t_s"]
+    status = json.loads((tmp_path / "safety-status.json").read_text())
+    assert status["alarm_count"] >= 1 and "v3" in status["rolled_back"]
+    assert status["rollbacks"][0]["reason"].startswith("rule do_low")
+    # the true DO was fine all along (it is the probe that drifted), and nothing left its bounds
+    _in_bounds(df)
+    assert df["y.dissolved_oxygen"].min() > 30.0
+
+
+def test_bad_version_trips_the_monitor_and_the_previous_good_one_recovers(tmp_path):
+    sc = _scenario(tmp_path, policy={"version": "v2"},
+                   safety={"mode": "full", "rollout": {"auto_promote": False}, "monitor": {"demote_to": None},
+                           "log_every_step": True})
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=700.0)
+    log = read_log(tmp_path / "decisions.jsonl")
+    rb = [r for r in log if r["event"] == "rollback"]
+    assert len(rb) == 1 and (rb[0]["from"], rb[0]["to"]) == ("v2", "v1")
+    t_rb = rb[0]["t_s"]
+    do = df.set_index("t_s")["y.dissolved_oxygen"]
+    assert do.loc[:t_rb].min() < 20.0  # v2 did starve the culture of oxygen
+    # v1 is acting again (its proposals accepted) and DO is back near its setpoint
+    late = _decisions(log, step_from=int(t_rb) + 60)
+    assert late and all(r["source"] == "policy" for r in late)
+    assert do.iloc[-50:].min() > 35.0
+    _in_bounds(df)
+
+
+def test_shadow_mode_logs_proposals_never_applies_them_over_tcp(tmp_path):
+    sc = _scenario(tmp_path, transport="tcp", policy={"version": "v2"},
+                   safety={"mode": "shadow", "rollout": {"auto_promote": False}})
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=400.0)
+    log = read_log(tmp_path / "decisions.jsonl")
+    dec = {r["step"]: r for r in _decisions(log)}
+    assert len(dec) >= 399 and all(r["source"] == "baseline:shadow" for r in dec.values())  # (last: races the end)
+    assert all(r["proposal"] is not None for r in dec.values())
+    app = df.set_index("step")["app.agitation_power"]
+    differ = 0
+    for j in range(0, 399):
+        assert app.loc[j + 1] == pytest.approx(dec[j]["action"][1], rel=1e-12)  # the baseline's action
+        differ += abs(dec[j]["proposal"][1] - dec[j]["action"][1]) > 0.5
+    assert differ > 100  # the bad policy wanted something else, many times
+    assert not [r for r in log if r["event"] in ("alarm", "rollback")]
+    assert df["y.dissolved_oxygen"].min() > 30.0  # its proposals would have sent DO to 12 %
+
+
+def test_garbage_replays_and_old_sequence_numbers_are_counted_never_acted_on(tmp_path):
+    sc = _scenario(tmp_path, loop={"time_scale": 50.0}, **FULL)
+    bus = sc.bus
+    n_act = 2
+    stop = threading.Event()
+    sent = {"n": 0}
+
+    def on_status(status):
+        if status["sim_time_s"] >= 120.0:
+            stop.set()  # everything sent so far reaches the live loop and safety process
+
+    def attacker():
+        ctx = zmq.Context()
+        to_loop = ctx.socket(zmq.PUSH)
+        to_loop.connect(bus.endpoint("action", sc.name))
+        to_safety = ctx.socket(zmq.PUSH)
+        to_safety.connect(bus.endpoint("proposal", sc.name))
+        old = Sender("action", sid=1)  # a session older than any live one
+        prop_old = Sender("proposal", sid=1)
+        live = Sender("proposal")  # a "new" policy session, but its payloads are invalid
+        evil = [77.7] * n_act
+        time.sleep(1.0)
+        while not stop.is_set():
+            for sock in (to_loop, to_safety):
+                sock.send(b"\x00garbage\xff")
+                sock.send(b"")
+            to_loop.send(old.encode(10**6, 0.0, {"a": evil, "source": "x", "mode": "full", "advice": None}))
+            to_loop.send(Sender("action").encode(10**6, 0.0, {"a": evil, "source": "x", "mode": "full",
+                                                               "advice": None}))  # a step never published
+            to_loop.send(Sender("action").encode(0, 0.0, {"a": [math.nan, 1.0], "source": "x", "mode": "full",
+                                                           "advice": None}))
+            to_loop.send(Sender("action").encode(0, 0.0, {"a": evil + [1.0], "source": "x", "mode": "full",
+                                                           "advice": None}))
+            to_safety.send(prop_old.encode(10**6, 0.0, {"a": evil, "members": [], "version": "v1",
+                                                         "compute_us": 0.0}))
+            to_safety.send(live.encode(0, 0.0, {"a": [math.inf, 0.0], "members": [], "version": "v1",
+                                                "compute_us": 0.0}))
+            to_safety.send(live.encode(0, 0.0, {"a": evil, "members": [], "version": "v1",
+                                                "compute_us": 0.0, "x": 1}))
+            raw = {"v": SCHEMA_VERSION + 1, "kind": "action", "sid": 2**62, "seq": 1, "step": 0, "t_s": 0.0,
+                   "wall_ns": 0, "payload": {"a": evil, "source": "x", "mode": "full", "advice": None}}
+            to_loop.send(msgpack.packb(raw))
+            sent["n"] += 1
+            time.sleep(0.05)
+        to_loop.close(0)
+        to_safety.close(0)
+        ctx.term()
+
+    th = threading.Thread(target=attacker)
+    th.start()
+    try:
+        summary, df = _run(tmp_path, sc, lockstep=False, duration=150.0, on_status=on_status)
+    finally:
+        stop.set()
+        th.join(10)
+    assert sent["n"] > 10
+    c = summary.extra["bus"]
+    assert c["action_dropped_malformed"] >= 2 * sent["n"] - 2
+    assert c["action_dropped_replay"] >= sent["n"] - 1
+    assert c["dropped_future"] >= 1
+    assert c["action_dropped_nonfinite"] >= 1 and c["action_dropped_shape"] >= 1 and c["action_dropped_schema"] >= 1
+    st = json.loads((tmp_path / "safety-status.json").read_text())["counters"]
+    assert st["proposal_dropped_malformed"] >= 2 * sent["n"] - 2
+    assert st["proposal_dropped_replay"] + st["proposal_dropped_nonfinite"] >= sent["n"]
+    # never acted on: 77.7 W / L/h never reached the plant, and the policy kept acting
+    assert not np.isclose(df[["app.base_flow", "app.agitation_power"]].to_numpy(), 77.7).any()
+    log = read_log(tmp_path / "decisions.jsonl")
+    assert sum(r["source"] == "policy" for r in _decisions(log)) > 0.9 * len(_decisions(log))
+    _in_bounds(df)
+
+
+def test_nan_policy_is_silent_and_the_baseline_holds(tmp_path):
+    sc = _scenario(tmp_path, policy={"entry": "tests.hil.safety.policies:nan_policy",
+                                     "features": ["dissolved_oxygen"], "directory": "", "version": "v1"},
+                   bus={"policy_deadline_s": 0.05}, **FULL)
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=40.0)
+    log = read_log(tmp_path / "decisions.jsonl")
+    assert all(r["source"] == "baseline:silent" for r in _decisions(log))
+    assert summary.extra["bus"]["watchdog_trips"] == 0  # the safety answered every step
+    assert summary.extra["bus"]["actions_applied"] == 39
+    _in_bounds(df)
+
+
+def test_operator_cli_status_promote_demote_rollback(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import hil.commands.safety as cli
+
+    sc = _scenario(tmp_path, loop={"time_scale": 50.0},
+                   safety={"mode": "shadow", "rollout": {"auto_promote": False,
+                                                         "gates": {"shadow": {"window_s": 20.0}}}})
+    monkeypatch.setattr(cli, "_load", lambda config: sc)
+    rt = Runtime(sc, lockstep=False, duration_s=600.0, record_path=str(tmp_path / "rec"), scenario_path=str(CONFIG))
+    box = {}
+    th = threading.Thread(target=lambda: box.setdefault("summary", rt.run()))
+    th.start()
+    runner = CliRunner()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the wrapper answers and has decided something
+            res = runner.invoke(cli.command, ["status", str(CONFIG), "--json", "--timeout", "0.5"])
+            if res.exit_code == 0 and json.loads(res.output)["t_s"] is not None:
+                break
+            time.sleep(0.1)
+        st = json.loads(res.output)
+        assert st["mode"] == "shadow" and st["version"] == "v1"
+        res = runner.invoke(cli.command, ["promote", str(CONFIG)])
+        if st["t_s"] < 10.0:  # the shadow gate needs 20 s of sim time in shadow first (margin: 0.2 s wall)
+            assert res.exit_code == 1 and "refused" in res.output and "window 20 s" in res.output, res.output
+        while json.loads(runner.invoke(cli.command, ["status", str(CONFIG), "--json"]).output)["t_s"] < 25.0:
+            time.sleep(0.05)
+        res = runner.invoke(cli.command, ["promote", str(CONFIG)])
+        assert res.exit_code == 0 and "promoted shadow -> advisory" in res.output, res.output
+        res = runner.invoke(cli.command, ["status", str(CONFIG)])
+        assert res.exit_code == 0 and "mode advisory" in res.output
+        # advisory: the policy's (projected) action is published as advice, the baseline acts
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(sc.bus.endpoint("advice", sc.name))
+        try:
+            assert sub.poll(5000), "no advice published in advisory mode"
+            from hil.bus import Receiver, payload_schema
+
+            advice = Receiver("action", payload_schema("action", SPEC.n_outputs, SPEC.n_inputs, 2)).decode(sub.recv())
+            assert advice.payload["mode"] == "advisory" and advice.payload["source"] == "baseline:advisory"
+            assert advice.payload["advice"] is not None and advice.payload["advice"].shape == (2,)
+        finally:
+            sub.close(0)
+            ctx.term()
+        res = runner.invoke(cli.command, ["demote", str(CONFIG), "--to", "shadow", "--reason", "drill"])
+        assert res.exit_code == 0 and "mode shadow" in res.output
+        res = runner.invoke(cli.command, ["rollback", str(CONFIG), "--reason", "drill"])
+        assert res.exit_code == 0 and "baseline controller holds" in res.output  # v1 has no predecessor
+    finally:
+        rt.request_stop()
+        th.join(60)
+        rt.close()
+    assert box["summary"].state == "stopped"
+    log = read_log(tmp_path / "decisions.jsonl")
+    reasons = [r.get("reason", "") for r in log if r["event"] in ("mode", "promote_refused", "rollback")]
+    assert any("promoted by operator" in r for r in reasons) and any("drill" in r for r in reasons)
+    res = runner.invoke(cli.command, ["log", str(tmp_path / "decisions.jsonl")])
+    assert res.exit_code == 0 and "rollback" in res.output and "baseline:shadow" in res.output
+
+
+def test_dead_policy_in_lockstep_costs_seconds_not_a_deadline_per_step(tmp_path):
+    """Killed before the run: every step falls back, the safety stops waiting a full deadline."""
+    sc = _scenario(tmp_path, **FULL)
+
+    def kill_policy(rt):
+        start = rt._start_children
+
+        def start_then_kill():
+            start()
+            rt._policy_handles.policy.kill()
+            rt._policy_handles.policy.wait(5)
+
+        rt._start_children = start_then_kill
+
+    t0 = time.monotonic()
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=60.0, setup=kill_policy)
+    assert time.monotonic() - t0 < 30.0  # 3 misses at 1 s, then 50 ms each (60 s deadlines otherwise)
+    log = read_log(tmp_path / "decisions.jsonl")
+    assert all(r["source"] == "baseline:silent" for r in _decisions(log))
+    assert summary.extra["bus"]["lockstep_timeouts"] == 0  # the safety answered every step itself
+    _in_bounds(df)
