@@ -25,6 +25,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/loop_jitter.py
 	$(BIN)/python benchmarks/plant_speed.py
+	$(BIN)/python benchmarks/gap_cost.py
+	$(BIN)/python benchmarks/bus_latency.py
+	$(BIN)/python benchmarks/protocol_latency.py
 
 clean:
 	rm -rf $(VENV) runs
