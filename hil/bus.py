@@ -484,3 +484,14 @@ class LoopBusEndpoint:
         for sock in self._obs_socks + [self._action_sock]:
             sock.close(0)
         self._ctx.term()
+
+
+def process_alive(pid: int) -> bool:
+    """True while process `pid` exists (bus peers exit when the process that started them dies)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

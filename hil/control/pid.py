@@ -88,3 +88,12 @@ class PID:
 
     def _clip(self, u: float) -> float:
         return min(max(u, self.out_min), self.out_max)
+
+
+def pid_from_config(loop, output) -> PID:
+    """A PID from a loop's config (kp, ki, kd, bias, reverse, td_filter_s, out_min, out_max)
+    whose missing output limits default to the physical bounds of `output` (a Quantity)."""
+    return PID(kp=loop.kp, ki=loop.ki, kd=loop.kd, bias=loop.bias, reverse=loop.reverse,
+               td_filter_s=loop.td_filter_s,
+               out_min=output.low if loop.out_min is None else loop.out_min,
+               out_max=output.high if loop.out_max is None else loop.out_max)

@@ -23,7 +23,8 @@ import time
 import numpy as np
 import zmq
 
-from hil.bus import Receiver, Sender, drain, open_socket, payload_schema, send_nowait, send_retry, vec
+from hil.bus import (Receiver, Sender, drain, open_socket, payload_schema, process_alive, send_nowait,
+                     send_retry, vec)
 from hil.bus_config import action_input_names
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
@@ -171,7 +172,7 @@ class PolicyRunner:
                 now = time.monotonic()
                 if now >= next_check:
                     next_check = now + 0.5
-                    if parent_pid and not _alive(parent_pid):
+                    if parent_pid and not process_alive(parent_pid):
                         break
                     if status_path:
                         _write_json(status_path, self.status())
@@ -187,16 +188,6 @@ class PolicyRunner:
         return {"version": self.version, "counters": {**self.counters, **{f"obs_{k}": v for k, v in
                                                                               self.obs_rx.counters.items()}},
                 "last_error": self.last_error}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _write_json(path: str, data: dict) -> None:

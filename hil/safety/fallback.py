@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from hil.control.pid import PID
+from hil.control.pid import pid_from_config
 from hil.safety.config import signal_index, signal_span
 
 
@@ -31,11 +31,7 @@ class FallbackController:
         self.action = np.zeros(len(self.names))
         self.loops = []  # (position, PID, setpoint, kind, index, span)
         for loop in section.loops:
-            q = spec.quantity("inputs", loop.input)
-            pid = PID(kp=loop.kp, ki=loop.ki, kd=loop.kd, bias=loop.bias, reverse=loop.reverse,
-                      td_filter_s=loop.td_filter_s,
-                      out_min=q.low if loop.out_min is None else loop.out_min,
-                      out_max=q.high if loop.out_max is None else loop.out_max)
+            pid = pid_from_config(loop, spec.quantity("inputs", loop.input))
             kind, idx = signal_index(spec, loop.measurement)
             self.loops.append((self.names.index(loop.input), pid, loop.setpoint, kind, idx,
                                signal_span(spec, loop.measurement)))

@@ -29,7 +29,8 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from hil.bus import Receiver, Sender, drain, open_socket, payload_schema, send_nowait, send_retry, vec
+from hil.bus import (Receiver, Sender, drain, open_socket, payload_schema, process_alive, send_nowait,
+                     send_retry, vec)
 
 
 class DecisionLog:
@@ -254,7 +255,7 @@ class SafetyProcess:
                 if now >= next_status:
                     next_status = now + 0.5
                     self._write_status()
-                    if parent_pid and not _alive(parent_pid):
+                    if parent_pid and not process_alive(parent_pid):
                         break
         finally:
             self.log({"event": "stop", "t_s": self.core.last_t, "counters": self.status()["counters"]})
@@ -263,16 +264,6 @@ class SafetyProcess:
             for s in socks.values():
                 s.close(0)
             ctx.term()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def main(argv=None) -> int:

@@ -39,7 +39,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from hil.control.pid import PID
+from hil.control.pid import PID, pid_from_config
 from hil.softplc.io import (MAX_READ, MAX_WRITE, CommError, ModbusMaster, pick_tag,
                             plan_blocks)
 from hil.tagmap.modbus import compile_map
@@ -102,11 +102,7 @@ class SoftPlc:
         self.dt_scale = scenario.loop.time_scale if cfg.pid_clock == "sim" else 1.0
         self.loops: list[_Loop] = []
         for lp in cfg.loops:
-            q = spec.quantity("inputs", lp.output)
-            pid = PID(kp=lp.kp, ki=lp.ki, kd=lp.kd, bias=lp.bias, reverse=lp.reverse,
-                      td_filter_s=lp.td_filter_s,
-                      out_min=q.low if lp.out_min is None else lp.out_min,
-                      out_max=q.high if lp.out_max is None else lp.out_max)
+            pid = pid_from_config(lp, spec.quantity("inputs", lp.output))
             self.loops.append(_Loop(lp.name, pid, lp.setpoint, pick_tag(cmap, lp.measurement, False),
                                     pick_tag(cmap, lp.output, True), lp.kp, lp.reverse))
         self.fixed = {pick_tag(cmap, n, True): v for n, v in cfg.outputs.items()}
