@@ -63,11 +63,16 @@ def _write_part(directory: Path, index: int, columns: list[str], rows: np.ndarra
     os.replace(tmp, directory / f"part-{index:06d}.parquet")
 
 
-def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_interval_s: float, parent_pid: int) -> None:
+def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_interval_s: float, parent_pid: int,
+                   ready=None) -> None:
     """Recorder process: drain the ring into parts until closed or orphaned."""
+    import pyarrow.parquet  # noqa: F401  (load the libraries now, not at the first flush)
+
     from hil.rt import set_normal
 
     set_normal()
+    if ready is not None:
+        ready.set()
     shm = attach_untracked(shm_name)
     header = np.ndarray((N_RING_HEADER,), dtype=np.int64, buffer=shm.buf)
     cap, ncols = int(header[R_CAP]), int(header[R_NCOLS])
@@ -121,13 +126,15 @@ class Recorder:
         self.ring = np.ndarray((capacity, ncols), dtype=np.float64, buffer=self._shm.buf, offset=N_RING_HEADER * 8)
         self.capacity = capacity
         ctx = mp.get_context("spawn")
+        ready = ctx.Event()
         self._proc = ctx.Process(
             target=_recorder_main,
-            args=(self._shm.name, str(self.directory), columns, flush_interval_s, os.getpid()),
+            args=(self._shm.name, str(self.directory), columns, flush_interval_s, os.getpid(), ready),
             name="hil-recorder",
             daemon=False,
         )
         self._proc.start()
+        ready.wait(60.0)  # up, with its libraries loaded, before the loop's clock starts
         self._w = 0
 
     def write_meta(self, **extra) -> None:

@@ -69,3 +69,34 @@ def set_timer_slack(ns: int = 1) -> str | None:
     if libc.prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) != 0:
         return f"PR_SET_TIMERSLACK failed (errno {ctypes.get_errno()})"
     return None
+
+
+def keep_off_cpu(pids, cpu: int) -> str | None:
+    """Move every thread of the processes `pids` off `cpu` (the loop's), onto the others.
+
+    With the loop pinned, its helpers (recorder, servers, policy, safety) wake up, fault
+    pages and take interrupts elsewhere. Threads are moved one by one: affinity is per
+    thread, and zmq, asyncio and Arrow start threads of their own.
+    """
+    if cpu < 0:
+        return None
+    others = set(os.sched_getaffinity(0)) - {cpu} or None
+    if others is None:
+        try:
+            others = set(range(os.cpu_count() or 1)) - {cpu}
+        except Exception:
+            others = set()
+    if not others:
+        return f"no CPU left besides the loop's CPU {cpu}: helpers share it"
+    failed = []
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, others)
+            except OSError:
+                failed.append(tid)
+    return f"could not move threads {failed} off CPU {cpu}" if failed else None

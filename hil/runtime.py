@@ -258,10 +258,18 @@ class Runtime:
         if self.lockstep:
             return
         loop = self.scenario.loop
-        for warn in (rt.set_timer_slack(1), rt.pin_cpu(loop.cpu), rt.lock_memory() if loop.priority else None,
-                     rt.set_fifo(loop.priority)):
+        for warn in (rt.set_timer_slack(1), rt.keep_off_cpu(self._child_pids(), loop.cpu), rt.pin_cpu(loop.cpu),
+                     rt.lock_memory() if loop.priority else None, rt.set_fifo(loop.priority)):
             if warn:
                 self.warnings.append(warn)
+
+    def _child_pids(self) -> list[int]:
+        pids = [s.process.pid for s in self._children]
+        if self.recorder is not None:
+            pids.append(self.recorder.pid)
+        if self._policy_handles is not None:
+            pids += [self._policy_handles.policy.pid, self._policy_handles.safety.pid]
+        return [p for p in pids if p]
 
     def request_stop(self, *_args) -> None:
         self._stop = True
