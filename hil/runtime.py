@@ -145,7 +145,8 @@ class Runtime:
         self.u_lo, self.u_hi = spec.lows("inputs"), spec.highs("inputs")
         self.u_image = np.zeros(n_in)
         self.u_clip = np.zeros(n_in)
-        self.u_app = self.u_cmd.copy()
+        self.plant.u[:] = self.u_cmd
+        self.u_app = self.plant.u  # applied inputs are the plant's input array itself
         self.y_meas = np.zeros(n_out)
         self.clipped_inputs = 0
         self.non_finite_inputs = 0
@@ -362,16 +363,15 @@ class Runtime:
                 bad = ~np.isfinite(u_cmd)
                 if bad.any():
                     self.non_finite_inputs += int(bad.sum())
-                    u_clip[bad] = plant.u[bad]
+                    u_clip[bad] = u_app[bad]  # hold the previous applied value
                 self.clipped_inputs += int(np.count_nonzero(u_clip != u_cmd) - bad.sum())
             # 3. actuator gap, plant, sensor gap
             if gaps is not None:
                 gaps.actuate(t, u_clip, u_app)
             else:
                 np.copyto(u_app, u_clip)
-            plant.u[:] = u_app
-            plant.step(dt)
-            if not np.isfinite(plant.x).all():
+            plant.step(dt)  # u_app is plant.u
+            if not math.isfinite(plant.x.sum()):  # NaN/inf in any state propagates to the sum
                 if rec is not None:
                     self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
                     rec.append(row)
