@@ -153,7 +153,8 @@ class _Handler(ServerRequestHandler):
         exc = response.exception_code if response.isError() else 0
         address, count = _request_span(pdu)
         owner.account(self.peer, t_ns, fc, pdu.dev_id, address, count,
-                      fc in WRITE_FCS, int(exc), ds.last_step, ds.last_publish_ns, ds.last_write_seq)
+                      fc in WRITE_FCS, int(exc), ds.last_step, ds.last_publish_ns, ds.last_write_seq,
+                      ds.last_served_ns)
 
 
 class ImageModbusServer(ModbusTcpServer):
@@ -172,12 +173,12 @@ class ImageModbusServer(ModbusTcpServer):
         return _Handler(self)
 
     def account(self, peer, t_ns, fc, unit, address, count, write_attempt, exc,
-                step=-1, publish_ns=-1, write_seq=-1) -> None:
+                step=-1, publish_ns=-1, write_seq=-1, served_ns=-1) -> None:
         dur = time.monotonic_ns() - t_ns
         self.stats.request(peer, t_ns, write_attempt, exc)
         wrote = write_seq >= 0
         self.request_log.append((t_ns, dur, peer, unit, fc, address, count, wrote, exc,
-                                 step, publish_ns, write_seq))
+                                 step, publish_ns, write_seq, served_ns))
 
 
 async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event | None = None,

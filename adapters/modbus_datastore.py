@@ -27,6 +27,7 @@ Rules (codes are Modbus exception codes):
 from __future__ import annotations
 
 import math
+import time
 
 from pymodbus.constants import ExcCodes
 
@@ -45,7 +46,8 @@ class ImageDatastore:
     """Serves one compiled map from one process image.
 
     After each call, `last_step` / `last_publish_ns` name the image publish a read was
-    served from (-1 if none) and `last_write_seq` the image's input-write count after a
+    served from (-1 if none), `last_served_ns` the monotonic ns right after that snapshot
+    was taken (-1 if none) and `last_write_seq` the image's input-write count after a
     write (-1 if none): the request log records them.
     """
 
@@ -61,6 +63,7 @@ class ImageDatastore:
     def begin(self) -> None:
         self.last_step = -1
         self.last_publish_ns = -1
+        self.last_served_ns = -1
         self.last_write_seq = -1
 
     def device_ids(self) -> list[int]:
@@ -135,6 +138,7 @@ class ImageDatastore:
                 continue
             if snap is None:
                 snap = self.image.snapshot()
+                self.last_served_ns = time.monotonic_ns()
                 self.last_step, self.last_publish_ns = snap.step, snap.publish_ns
                 outputs, applied = snap.outputs.tolist(), snap.applied.tolist()
             out[n] = (outputs if t.source == "measured" else applied)[t.index]

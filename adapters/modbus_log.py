@@ -30,6 +30,9 @@ JSON Lines for a `.jsonl` path, Parquet (pyarrow) for `.parquet`. Columns / keys
     publish_ns  int   monotonic ns of that publish (same clock as t_ns: age = t_ns - it)
     write_seq   int   image input-write count after an accepted write, -1 if none
                       (the loop's `input_writes_applied` reaching it = write took effect)
+    served_ns   int   monotonic ns right after the image snapshot a read was served from was
+                      taken (-1 if none): served_ns - publish_ns = age of the values when they
+                      left the image, without the server's decode/encode or the transport
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from collections import OrderedDict, deque
 from pathlib import Path
 
 FIELDS = ("t_ns", "dur_ns", "peer", "unit", "fc", "address", "count", "wrote", "exc",
-          "step", "publish_ns", "write_seq")
+          "step", "publish_ns", "write_seq", "served_ns")
 
 
 def _new_client() -> dict:
@@ -137,7 +140,7 @@ class RequestLog:
 
             cols = list(zip(*self.records)) if self.records else [[] for _ in FIELDS]
             types = [pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.int64(),
-                     pa.int64(), pa.bool_(), pa.int64(), pa.int64(), pa.int64(), pa.int64()]
+                     pa.int64(), pa.bool_(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.int64()]
             table = pa.table({f: pa.array(list(c), type=t) for f, c, t in zip(FIELDS, cols, types)})
             pq.write_table(table, tmp)
         else:

@@ -2,13 +2,14 @@
 
 import math
 import struct
+import time
 
 import numpy as np
 import pytest
 from pymodbus.constants import ExcCodes
 
 from adapters.modbus_datastore import ImageDatastore
-from adapters.modbus_log import ClientStats, RequestLog, read_request_log
+from adapters.modbus_log import FIELDS, ClientStats, RequestLog, read_request_log
 from hil.image import ProcessImage
 from hil.tagmap.modbus import compile_map
 from tests.integration import modbus_helpers as H
@@ -38,8 +39,13 @@ def test_reads_come_from_the_latest_publish(ds):
     assert ds.read(4, 0, 4) == f32(42.5) + f32(301.25, "little")
     assert ds.last_step == 7
     ds.image.publish(Y + 1.0, APPLIED, 8, 0.16)
+    t_before = time.monotonic_ns()
     assert ds.read(4, 0, 2) == f32(43.5)
     assert ds.last_step == 8
+    # the snapshot's instant: after the publish, inside the read
+    assert ds.last_publish_ns <= ds.last_served_ns and t_before <= ds.last_served_ns <= time.monotonic_ns()
+    ds.begin()
+    assert ds.last_served_ns == -1
     assert ds.read(4, 10, 1) == [4350]  # int16 x100
     assert ds.read(2, 0, 2) == [True, True]  # high_level 2.0 >= 0.5, pump_running 1.0
     assert ds.read(4, 20, 2) == f32(3.0)  # applied inflow
@@ -165,9 +171,10 @@ def test_client_stats_count_per_client_and_bound_their_number():
 def test_request_log_is_bounded_and_dumps_both_formats(tmp_path, suffix):
     log = RequestLog(size=3)
     for i in range(5):
-        log.append((i, 10, "127.0.0.1:5", 1, 3, i, 2, False, 0, 7, 99, -1))
+        log.append((i, 10, "127.0.0.1:5", 1, 3, i, 2, False, 0, 7, 99, -1, 100 + i))
     assert log.dropped == 2
     df = read_request_log(log.dump(tmp_path / f"req{suffix}"))
     assert list(df["t_ns"]) == [2, 3, 4]
     assert list(df.columns)[:5] == ["t_ns", "dur_ns", "peer", "unit", "fc"]
     assert df["peer"].iloc[0] == "127.0.0.1:5" and not df["wrote"].any()
+    assert list(df.columns) == list(FIELDS) and list(df["served_ns"]) == [102, 103, 104]

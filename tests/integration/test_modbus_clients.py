@@ -340,6 +340,8 @@ def test_exceptions_are_counted_per_client_and_the_request_log_is_written(tmp_pa
     assert mine["write_seq"].iloc[-1] >= 1 and (mine["write_seq"].iloc[:5] == -1).all()
     read_b = df[df["peer"] == b_peer].iloc[0]
     assert read_b["step"] == 3 and read_b["fc"] == 4 and read_b["t_ns"] >= read_b["publish_ns"]
+    assert read_b["t_ns"] <= read_b["served_ns"] <= read_b["t_ns"] + read_b["dur_ns"]
+    assert (mine["served_ns"] == -1).all()  # refused reads and the write served no snapshot
     assert (df["dur_ns"] > 0).all()
 
 

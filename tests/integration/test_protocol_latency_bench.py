@@ -24,6 +24,8 @@ REQUIRED = [
     ("opcua_sub_latency_ms", "p50"), ("opcua_sub_latency_ms", "p99"), ("opcua_sub_latency_ms", "lost_changes"),
     ("write_to_effect_periods", "p50"), ("write_to_effect_periods", "p99"), ("write_to_effect_periods", "max"),
     ("value_age_periods", "p50"), ("value_age_periods", "p99"), ("value_age_periods", "max"),
+    ("value_age_periods", "transport_inclusive", "p99"), ("value_age_periods", "at_decode", "p99"),
+    ("server_cpu_fraction_loaded", "modbus"), ("server_cpu_fraction_loaded", "opcua"),
     ("lateness_us", "idle", "p99"), ("lateness_us", "idle", "p999"),
     ("lateness_us", "loaded", "p99"), ("lateness_us", "loaded", "p999"),
     ("misses_per_10k_loaded",),

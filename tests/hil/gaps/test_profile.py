@@ -86,8 +86,8 @@ def _request_log(tmp_path, n=400, period_ns=10_000_000, seed=1):
     for k in range(n):
         t_read = t0 + k * period_ns + int(rng.integers(0, 200_000))
         pub = t_read - int(rng.integers(0, 1_000_000))
-        log.append((t_read, 50_000, "10.0.0.5:502", 1, 3, 0, 4, False, 0, k, pub, -1))
-        log.append((t_read + 2_000_000, 60_000, "10.0.0.5:502", 1, 16, 10, 2, True, 0, -1, 0, k))
+        log.append((t_read, 50_000, "10.0.0.5:502", 1, 3, 0, 4, False, 0, k, pub, -1, t_read + 10_000))
+        log.append((t_read + 2_000_000, 60_000, "10.0.0.5:502", 1, 16, 10, 2, True, 0, -1, 0, k, -1))
     path = tmp_path / "_modbus_requests.jsonl"
     log.dump(path)
     return path
