@@ -114,7 +114,7 @@ def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int
     return np.array(times)
 
 
-def _scenario(transport: str, tmp: str, policy: str):
+def _scenario(transport: str, tmp: str, policy: str, spin_us: float | None = None):
     from hil.config import parse_scenario
 
     data = tomllib.loads((ROOT / "configs" / "bioreactor_policy.toml").read_text())
@@ -124,18 +124,21 @@ def _scenario(transport: str, tmp: str, policy: str):
                           "features": ["dissolved_oxygen"]}
     names = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control")
     data["bus"]["endpoints"] = _addrs(transport, tmp, names)
+    if spin_us is not None:
+        data["bus"]["spin_us"] = spin_us
     data["safety"]["mode"] = "full"
     data["safety"]["rollout"]["auto_promote"] = False
     data["safety"]["decision_log"] = os.path.join(tmp, "decisions.jsonl")
     return parse_scenario(data)
 
 
-def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str) -> tuple[np.ndarray, dict]:
+def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str,
+            spin_us: float | None = None) -> tuple[np.ndarray, dict]:
     from hil.bus import LoopBusEndpoint
     from hil.safety import launch
     from plants.base import load_plant_module
 
-    sc = _scenario(transport, tmp, policy)
+    sc = _scenario(transport, tmp, policy, spin_us)
     spec = load_plant_module("bioreactor").SPEC
     ep = LoopBusEndpoint.build(sc.bus, sc, spec)
     handles = launch.start(sc, str(ROOT / "configs" / "bioreactor_policy.toml"), log_dir=tmp)
@@ -146,6 +149,7 @@ def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str) -> tuple
     times = []
     try:
         ep.before_step(0, 0.0, u_cmd, True)
+        cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
         for k in range(n + warmup):
             t0 = time.perf_counter_ns()
             ep.after_step(k, k + 1.0, y, u)
@@ -154,6 +158,7 @@ def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str) -> tuple
             if k >= warmup:
                 times.append((t1 - t0) / 1e3)
         counters = ep.counters()
+        counters["loop_cpu_pct"] = 100.0 * (time.thread_time_ns() - cpu0) / (time.perf_counter_ns() - wall0)
     finally:
         launch.stop(handles)
         ep.close()
@@ -190,6 +195,8 @@ def main(argv=None) -> int:
     ap.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     ap.add_argument("--n", type=int, default=3000, help="timed round trips per path")
     ap.add_argument("--policy", choices=("demo", "constant"), default="demo")
+    ap.add_argument("--spin-us", type=float, default=None,
+                    help="[bus].spin_us for the loop's wait (default: the config's)")
     args = ap.parse_args(argv)
     n, warmup = (200, 50) if args.quick else (args.n, 300)
     tmp = tempfile.mkdtemp(prefix="hbb", dir="/tmp")
@@ -198,9 +205,10 @@ def main(argv=None) -> int:
 
         spec = load_plant_module("bioreactor").SPEC
         raw = raw_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
-        hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy)
+        hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy, args.spin_us)
         proj = projection_cost(200 if args.quick else 2000)
         status = json.loads(Path(tmp, "safety-status.json").read_text())
+        sc_spin = _scenario(args.transport, tmp, args.policy, args.spin_us).bus.spin_us
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     raw_p, hil_p = _pct(raw), _pct(hil)
@@ -216,6 +224,8 @@ def main(argv=None) -> int:
         "projection_us": round(proj["clipped"], 2),
         "projection_inside_us": round(proj["inside"], 2),
         "safety_decisions": status["counters"]["decisions"],
+        "loop_spin_us": sc_spin,
+        "loop_cpu_pct": round(counters["loop_cpu_pct"], 1),
         "goal": {"ratio_vs_raw": 1.5, "hil_p99_us": 400, "projection_us": 20},
         "cpus": os.cpu_count(),
     }

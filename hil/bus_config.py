@@ -69,6 +69,13 @@ class BusSection(StrictModel):
         "default half a loop period (real time) or half lockstep_timeout_s (lockstep)",
     )
     hwm: int = Field(default=64, ge=1, le=100_000, description="zmq send/receive high-water mark")
+    spin_us: float = Field(
+        default=0.0,
+        ge=0,
+        le=10_000,
+        description="wall us the loop busy-polls for the action in lockstep before it sleeps "
+        "(saves a wake-up, costs a CPU for that long); 0 = sleep at once",
+    )
 
     # ---- derived ----
     def resolved_ipc_dir(self, scenario_name: str) -> str:

@@ -21,6 +21,38 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _members_kernel(x, x_mean, x_std, W1cat, b1cat, W2, W0cat, b2, y_mean, y_std, res_pos, res_src, z, out):
+    """out[m, k] = member m's action k for one feature vector x (plant units); z: (f,) scratch.
+
+    The one-observation path of act_members in one compiled call (no temporaries): the bus's
+    policy process answers with it. Same arithmetic as predict_batch."""
+    M, h, a = W2.shape
+    f = x.size
+    for i in range(f):
+        z[i] = (x[i] - x_mean[i]) / x_std[i]
+    for m in range(M):
+        for k in range(a):
+            s = b2[m, k]
+            col = m * a + k
+            for i in range(f):
+                s += z[i] * W0cat[i, col]
+            out[m, k] = s
+        for j in range(h):
+            col = m * h + j
+            s = b1cat[col]
+            for i in range(f):
+                s += z[i] * W1cat[i, col]
+            t = np.tanh(s)
+            for k in range(a):
+                out[m, k] += t * W2[m, j, k]
+        for k in range(a):
+            out[m, k] = y_mean[k] + y_std[k] * out[m, k]
+        for r in range(res_pos.size):
+            out[m, res_pos[r]] += x[res_src[r]]
 
 
 class MLPEnsemble:
@@ -53,12 +85,25 @@ class MLPEnsemble:
         self._W1cat = np.ascontiguousarray(self.W1.transpose(1, 0, 2).reshape(f, M * h))
         self._W0cat = np.ascontiguousarray(self.W0.transpose(1, 0, 2).reshape(f, M * a))
         self._b1cat = self.b1.reshape(M * h)
-        self._res_pos = np.flatnonzero(self._res)
-        self._res_src = self.residual_index[self._res_pos]
+        self._res_pos = np.flatnonzero(self._res).astype(np.int64)
+        self._res_src = self.residual_index[self._res_pos].astype(np.int64)
+        self._W2c = np.ascontiguousarray(self.W2)
+        self._b2c = np.ascontiguousarray(self.b2)
+        self._z = np.empty(f)
 
     # ---- inference ----
     def act_members(self, x: np.ndarray) -> np.ndarray:
-        """Each member's action for one feature vector x (f,): (M, a), plant units."""
+        """Each member's action for one feature vector x (f,): (M, a), plant units (a new array)."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 1 or x.size != self.n_features:
+            raise ValueError(f"expected {self.n_features} features, got shape {x.shape}")
+        out = np.empty((self.n_members, self.n_actions))
+        _members_kernel(x, self.x_mean, self.x_std, self._W1cat, self._b1cat, self._W2c, self._W0cat, self._b2c,
+                        self.y_mean, self.y_std, self._res_pos, self._res_src, self._z, out)
+        return out
+
+    def act_members_numpy(self, x: np.ndarray) -> np.ndarray:
+        """act_members in numpy (the reference the compiled path is tested against)."""
         z = (x - self.x_mean) / self.x_std
         h = np.tanh(z @ self._W1cat + self._b1cat).reshape(self.n_members, 1, self.n_hidden)
         o = (h @ self.W2).reshape(self.n_members, self.n_actions)

@@ -5,7 +5,8 @@
 Receives observations (PULL, connects to bus.obs_policy), answers each newest one with a
 proposal (PUSH, connects to bus.proposal) and obeys commands from the safety process (PULL,
 connects to bus.command: {"op": "load", "version": "vN"} = switch version, e.g. a rollback).
-Commands are handled before observations, so a rollback applies to the next observation.
+Commands are handled before observations, so a rollback applies to the next observation
+(and at least every 0.2 s while no observation comes).
 
 A policy that raises, returns non-finite values or an action of the wrong shape is silent for
 that observation (nothing is sent; counted): the safety process then applies its fallback.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -98,25 +100,29 @@ class PolicyRunner:
         """The proposal answering observation `msg`, or None if the policy is silent."""
         t0 = time.perf_counter_ns()
         x = self.features.build(msg.payload["y"], msg.payload["u"])
+        pol = self.policy
         try:
             members = None
-            if self.policy.act_members is not None:
-                members = np.asarray(self.policy.act_members(x), dtype=np.float64)
-            if self.policy.action_is_member_mean and members is not None:
+            if pol.act_members is not None:
+                members = np.asarray(pol.act_members(x), dtype=np.float64)
+            if pol.action_is_member_mean and members is not None:
+                if members.ndim != 2 or members.shape[1] != self.n_act or not _finite(members):
+                    self.counters["policy_invalid"] += 1
+                    return None
                 a = members.mean(axis=0)
             else:
-                a = np.asarray(self.policy.act(x), dtype=np.float64)
+                a = np.asarray(pol.act(x), dtype=np.float64)
         except Exception as exc:
             self.counters["policy_errors"] += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
-        if a.size != self.n_act or a.ndim > 2 or not np.isfinite(a).all():
+        if a.size != self.n_act or a.ndim > 2 or not _finite(a):
             self.counters["policy_invalid"] += 1
             return None
         a = a.reshape(-1)[self.perm]
         m_list: list = []
         if members is not None:
-            if members.ndim == 2 and members.shape[1] == self.n_act and np.isfinite(members).all():
+            if members.ndim == 2 and members.shape[1] == self.n_act and _finite(members):
                 m_list = members[:, self.perm].tolist()
             else:
                 self.counters["policy_invalid"] += 1
@@ -124,7 +130,7 @@ class PolicyRunner:
         compute_us = (time.perf_counter_ns() - t0) * 1e-3
         return self.sender.encode(
             msg.step, msg.t_s,
-            {"a": vec(a), "members": m_list, "version": self.policy.version, "compute_us": compute_us},
+            {"a": a.tolist(), "members": m_list, "version": pol.version, "compute_us": compute_us},
         )
 
     # ---- process ----
@@ -134,9 +140,7 @@ class PolicyRunner:
         obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm)
         out = open_socket(ctx, zmq.PUSH, bus.endpoint("proposal", name), bind=False, hwm=bus.hwm)
         cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm)
-        poller = zmq.Poller()
-        poller.register(obs, zmq.POLLIN)
-        poller.register(cmd, zmq.POLLIN)
+        obs.setsockopt(zmq.RCVTIMEO, 200)  # ms: housekeeping (parent alive, status) while idle
         stop = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.append(1))
@@ -145,22 +149,23 @@ class PolicyRunner:
             _write_json(status_path, self.status())
         try:
             while not stop:
-                events = dict(poller.poll(200))
-                if cmd in events:
-                    for raw in drain(cmd):
-                        self.command(raw)
-                if obs in events:
+                # one blocking receive per observation: a single wake-up and the fewest zmq calls
+                try:
+                    first = obs.recv()
+                except zmq.Again:
+                    first = None
+                # commands first (a rollback applies to this observation already)
+                for raw in drain(cmd):
+                    self.command(raw)
+                if first is not None:
                     newest = None
-                    for raw in drain(obs):
+                    for raw in [first] + drain(obs):
                         msg = self.obs_rx.decode(raw)
                         if msg is not None:
                             if newest is not None:
                                 self.counters["obs_superseded"] += 1
                             newest = msg
                     if newest is not None:
-                        if cmd.poll(0):  # a command that raced the observation
-                            for raw in drain(cmd):
-                                self.command(raw)
                         data = self.answer(newest)
                         if data is not None:
                             # lockstep: the safety waits for us; wait for the connection at startup
@@ -188,6 +193,12 @@ class PolicyRunner:
         return {"version": self.version, "counters": {**self.counters, **{f"obs_{k}": v for k, v in
                                                                               self.obs_rx.counters.items()}},
                 "last_error": self.last_error}
+
+
+def _finite(a: np.ndarray) -> bool:
+    """Every element finite: a finite sum proves it in one call (NaN and infinities propagate);
+    a sum that overflowed from finite terms is checked element-wise."""
+    return math.isfinite(a.sum()) or bool(np.isfinite(a).all())
 
 
 def _write_json(path: str, data: dict) -> None:

@@ -80,6 +80,7 @@ class SafetyCore:
         self.alarms: list[dict] = []
         self._want_command: str | None = None
         self._post: tuple | None = None
+        self._prepared: tuple | None = None
         self._command_t = -math.inf
         self.c = {k: 0 for k in ("decisions", "policy_actions", "baseline_actions", "silent_steps",
                                  "wrong_version", "clipped_decisions", "clips", "infeasible", "fallback_enters",
@@ -109,17 +110,17 @@ class SafetyCore:
         return self.keeper.current or None
 
     # ---- the decision ----
-    def decide(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray, proposal=None,
-               silent_reason: str = "no proposal", defer: bool = False) -> Decision:
-        """proposal: a validated bus Message (kind proposal) answering this observation, or None.
-        defer=True: the caller runs finish() (after sending the action)."""
+    def prepare(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray) -> None:
+        """The part of the decision that does not need the proposal: baseline action, monitor
+        (alarms, rollback, forced fallback), features and Mahalanobis distance. The wrapper runs
+        it when the observation arrives, while the policy is still computing, so only the rest
+        is on the round trip; decide() runs it itself if it was not run for this observation."""
         self.finish()
-        c = self.c
-        c["decisions"] += 1
         dt = 0.0 if self.last_t is None else max(t_s - self.last_t, 0.0)
         self.last_t, self.last_step = t_s, step
         base = self.baseline.update(y, u, dt)
         rec_base = {"t_s": t_s, "step": step}
+        c = self.c
 
         # 2. monitor
         trips = self.monitor.update(t_s, y, u)
@@ -138,6 +139,24 @@ class SafetyCore:
                     self.log({**rec_base, "event": "fallback_enter", "reason": text})
             if trip.action in ("rollback", "fallback") and self.sec.monitor.demote_to:
                 self.demote(t_s, self.sec.monitor.demote_to, trip.message)
+
+        # 3. confidence, the observation's part
+        x = self.features.build(y, u) if self.features is not None else None
+        self._prepared = (step, t_s, y, u, base, trips, self.gate.mahalanobis(x))
+
+    def decide(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray, proposal=None,
+               silent_reason: str = "no proposal", defer: bool = False) -> Decision:
+        """proposal: a validated bus Message (kind proposal) answering this observation, or None.
+        defer=True: the caller runs finish() (after sending the action)."""
+        prep = self._prepared
+        if prep is None or prep[0] != step or prep[1] != t_s or prep[2] is not y or prep[3] is not u:
+            self.prepare(step, t_s, y, u)
+            prep = self._prepared
+        self._prepared = None
+        base, trips, maha = prep[4], prep[5], prep[6]
+        c = self.c
+        c["decisions"] += 1
+        rec_base = {"t_s": t_s, "step": step}
 
         # proposal validity
         why_silent = None
@@ -159,9 +178,7 @@ class SafetyCore:
         if proposal is None:
             c["silent_steps"] += 1
 
-        # 3. confidence
-        x = self.features.build(y, u) if self.features is not None else None
-        maha = self.gate.mahalanobis(x)
+        # 3. confidence, the proposal's part
         members = proposal.payload["members"] if proposal is not None else None
         dis = self.gate.disagreement(members)
         active, transition = self.gate.update(t_s, maha, dis)

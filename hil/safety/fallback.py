@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 from hil.control.pid import pid_from_config
 from hil.safety.config import signal_index, signal_span
@@ -74,10 +75,31 @@ class FallbackController:
         return s / len(self.loops)
 
 
+@njit(cache=True, nogil=True)
+def _max_scaled_std(members, inv_scale2):
+    """max over columns k of sqrt(population variance of members[:, k] * inv_scale2[k])."""
+    m, a = members.shape
+    best = 0.0
+    for k in range(a):
+        mean = 0.0
+        for i in range(m):
+            mean += members[i, k]
+        mean /= m
+        ss = 0.0
+        for i in range(m):
+            d = members[i, k] - mean
+            ss += d * d
+        v = ss / m * inv_scale2[k]
+        if v > best or v != v:  # NaN propagates, as in numpy's max
+            best = v
+    return np.sqrt(best)
+
+
 class ConfidenceGate:
     def __init__(self, section, spec, action_names: list[str]):
         self.sec = section
         self.scale = np.array([section.scale.get(n, signal_span(spec, "u." + n)) for n in action_names])
+        self._inv_scale2 = 1.0 / (self.scale * self.scale)
         self.mean: np.ndarray | None = None
         self.precision: np.ndarray | None = None
         self.active = False
@@ -107,8 +129,10 @@ class ConfidenceGate:
     def disagreement(self, members: np.ndarray | None) -> float:
         if members is None or members.shape[0] < 2:
             return math.nan
-        d = members - members.sum(axis=0) / members.shape[0]
-        return math.sqrt(float(((d * d).sum(axis=0) / (members.shape[0] * self.scale * self.scale)).max()))
+        members = np.asarray(members, dtype=np.float64)
+        if members.ndim != 2 or members.shape[1] != self._inv_scale2.size:
+            raise ValueError(f"members of shape {members.shape}, expected (M, {self._inv_scale2.size})")
+        return float(_max_scaled_std(members, self._inv_scale2))
 
     def update(self, t_s: float, mahalanobis: float, disagreement: float) -> tuple[bool, str | None]:
         """Advance to sim time t_s with this observation's scores. Returns (active, transition)

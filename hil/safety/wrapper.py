@@ -10,7 +10,9 @@ For each newest observation the process waits for the policy's proposal answerin
 deadline ([bus].policy_deadline_s; default half a loop period in real time, half the lockstep
 timeout in lockstep; 50 ms at most after three misses in a row, so a dead policy does not slow
 a lockstep run to a crawl); then it decides (hil/safety/core.py) with the proposal or, if none came,
-with the baseline controller (the policy is silent), and sends the action. Every decision
+with the baseline controller (the policy is silent), and sends the action. The part of the decision
+that needs no proposal (baseline, monitor, Mahalanobis distance) runs when the observation arrives,
+while the policy computes, so the round trip carries only the proposal's part. Every decision
 that matters is a line of the JSONL decision log; the status file and the control socket show
 mode, version, alarms and counters.
 """
@@ -113,6 +115,7 @@ class SafetyProcess:
         mid = 0.5 * (pr.lo + pr.hi)
         pr.project(mid, mid, 1.0, y, u)
         pr.project(pr.hi + 1.0, None, -1.0, y, u, np.full(mid.size, -np.inf), np.full(mid.size, np.inf))
+        self.core.gate.disagreement(np.vstack([pr.lo, pr.hi]))
 
     # ---- one observation ----
     def _decide(self, obs, proposal, socks, silent_reason="no proposal") -> None:
@@ -228,6 +231,9 @@ class SafetyProcess:
                             self._decide(newest, early.pop(newest.step), socks)
                             pending = None
                             misses = 0
+                        else:  # the proposal-free part now, while the policy computes
+                            p = newest.payload
+                            self.core.prepare(newest.step, newest.t_s, p["y"], p["u"])
                 if socks["proposal"] in events:
                     for raw in drain(socks["proposal"]):
                         msg = self.prop_rx.decode(raw)

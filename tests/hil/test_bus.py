@@ -261,15 +261,18 @@ def test_newest_valid_action_wins_and_watchdog_applies_fallback(rig):
     assert not ep.in_fallback
 
 
-def test_lockstep_waits_for_the_answer_and_times_out(rig):
+@pytest.mark.parametrize("spin_us", [0.0, 3000.0])
+def test_lockstep_waits_for_the_answer_and_times_out(rig, spin_us):
     ep, peers = rig
     ep.lockstep_timeout_s = 1.0
+    ep._spin_ns = int(spin_us * 1000)  # busy-poll first (bus.spin_us), then sleep in the receive
     _step(ep, 0, lockstep=True)
     safety = Sender("action")
     import threading
 
     def answer_late():
         time.sleep(0.1)
+        peers["action"].send(b"garbage")  # dropped and counted; the loop keeps waiting
         peers["action"].send(_action(safety, step=0, a=(4.0, 4.0)))
 
     threading.Thread(target=answer_late).start()
@@ -281,6 +284,7 @@ def test_lockstep_waits_for_the_answer_and_times_out(rig):
     _step(ep, 2, lockstep=True)  # nobody answers: bounded wait, counted
     assert time.monotonic() - t0 >= 1.0
     assert ep.counters()["lockstep_timeouts"] == 1
+    assert ep.counters()["action_dropped_malformed"] == 1 and ep.counters()["actions_applied"] == 2
 
 
 def test_unconnected_peer_is_counted_never_blocks(bus_dir):
@@ -297,3 +301,23 @@ def test_unconnected_peer_is_counted_never_blocks(bus_dir):
         assert ep.counters()["obs_unsent"] == 100 and ep.counters()["obs_sent"] == 0
     finally:
         ep.close()
+
+
+@pytest.mark.parametrize(
+    "a, counter",
+    [
+        ([1e308, 1e308], None),  # finite, though their sum overflows: accepted
+        ([1, 2.5], None),  # ints are numbers too
+        ([float("inf"), float("-inf")], "dropped_nonfinite"),
+        ([1e308, float("nan")], "dropped_nonfinite"),
+        ([1.0, None], "dropped_malformed"),
+        ([1.0, 2.0, float("nan")], "dropped_shape"),
+    ],
+)
+def test_vector_checks_fast_and_slow_paths(a, counter):
+    rx = _rx()
+    msg = rx.decode(_raw(payload={"a": a, "source": "p", "mode": "full", "advice": None}))
+    if counter is None:
+        assert msg is not None and msg.payload["a"].tolist() == [float(v) for v in a]
+    else:
+        assert msg is None and rx.counters[counter] == 1

@@ -41,6 +41,20 @@ def test_ensemble_save_load_and_residual_path(tmp_path):
     assert back.act(x)[0] == pytest.approx(5.05, abs=0.1)
 
 
+def test_compiled_members_match_numpy_reference():
+    rng = np.random.default_rng(3)
+    M, f, h, a = 4, 5, 7, 3
+    ens = MLPEnsemble(x_mean=rng.normal(size=f), x_std=rng.uniform(0.5, 2, f), y_mean=rng.normal(size=a),
+                      y_std=rng.uniform(0.5, 2, a), W0=rng.normal(size=(M, f, a)), W1=rng.normal(size=(M, f, h)),
+                      b1=rng.normal(size=(M, h)), W2=rng.normal(size=(M, h, a)), b2=rng.normal(size=(M, a)),
+                      residual_index=[4, -1, 0])
+    for x in rng.normal(scale=3, size=(20, f)):
+        np.testing.assert_allclose(ens.act_members(x), ens.act_members_numpy(x), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(ens.act_members(x), ens.predict_batch(x[None])[:, 0], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="expected 5 features"):
+        ens.act_members(np.zeros(4))
+
+
 def test_entry_policies_callable_object_class():
     pol = load_entry("tests.hil.safety.policies:constant", FEATURES, ["base_flow", "agitation_power"])
     np.testing.assert_array_equal(pol.act(np.zeros(4)), [0.0003, 13.0])

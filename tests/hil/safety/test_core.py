@@ -148,3 +148,34 @@ def test_operator_promotion_is_refused_without_the_gate():
     res = core.promote()
     assert not res["passed"] and core.rollout.mode == "shadow"
     assert log[-1]["event"] == "promote_refused" and "window 300 s" in log[-1]["reason"]
+
+
+def test_prepare_on_arrival_then_decide_equals_deciding_at_once(tmp_path):
+    """The wrapper runs prepare() when the observation arrives and decide() when the proposal
+    does: same actions, sources, counters and log (alarms, rollback) as one decide() call."""
+    results = []
+    for split in (False, True):
+        shutil.copytree(POLICIES, tmp_path / f"pol{split}")
+        core, log, _ = _core(changes={"safety": {"mode": "full"}}, version="v2",
+                             store=PolicyStore(tmp_path / f"pol{split}"))
+        acts = []
+        for k in range(60):
+            y, u = _obs(do=15.0 if k < 40 else 45.0, agit=13.0 + 0.1 * k)
+            if split:
+                core.prepare(k, float(k), y, u)
+            version = "v2" if k < 31 else "v1"
+            prop = None if k % 7 == 3 else _prop(k, [0.0003, 14.0 + 0.2 * k], version=version)
+            d = core.decide(k, float(k), y, u, prop, defer=split)
+            core.finish()
+            acts.append((d.action.tolist(), d.source, d.mode, d.command))
+        results.append((acts, dict(core.c), [{k: v for k, v in r.items() if k != "wall_ns"} for r in log]))
+    assert results[0] == results[1]
+    assert results[1][1]["rollbacks"] == 1 and results[1][1]["decisions"] == 60
+
+
+def test_decide_after_prepare_of_another_observation_prepares_its_own():
+    core, _, _ = _core(changes={"safety": {"mode": "full"}})
+    core.prepare(0, 0.0, *_obs())
+    d = core.decide(1, 1.0, *_obs(), _prop(1, [0.0003, 13.0]))
+    assert core.last_step == 1 and d.source == "policy" and core.c["decisions"] == 1
+    assert core.last_t == 1.0 and core._prepared is None
