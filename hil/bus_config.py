@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hil.config import StrictModel
+from hil.config import StrictModel, outside_bounds
 
 ENDPOINT_NAMES = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control")
 IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
@@ -135,9 +135,8 @@ class BusSection(StrictModel):
                 continue
             if name not in bus_inputs:
                 problems.append((path, f"input {name!r} is not driven by the bus (driver = 'bus')"))
-            q = spec.quantity("inputs", name)
-            if not math.isfinite(value) or not q.low <= value <= q.high:
-                problems.append((path, f"{value} {q.unit} is outside [{q.low}, {q.high}] {q.unit}"))
+            if reason := outside_bounds(value, spec.quantity("inputs", name)):
+                problems.append((path, reason))
         if self.enabled and not bus_inputs and scenario.policy is None:
             problems.append(("bus", "no input has driver = 'bus' and there is no [policy]"))
         return problems

@@ -163,6 +163,13 @@ def _problems(exc: ValidationError, prefix: tuple = ()) -> list[tuple[str, str]]
     return [(_format_loc(prefix + tuple(e["loc"])), _reason(e)) for e in exc.errors()]
 
 
+def outside_bounds(value: float, q) -> str | None:
+    """Why `value` (in the unit of quantity `q`) is not a physical value of it, or None."""
+    if not math.isfinite(value) or not q.low <= value <= q.high:
+        return f"{value} {q.unit} is outside [{q.low}, {q.high}] {q.unit}"
+    return None
+
+
 def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     for kind, key, table in (
@@ -201,8 +208,8 @@ def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
         elif inp.profile is not None:
             problems.append((path + ".profile", f"only used with driver = 'profile', not {inp.driver!r}"))
         for key, v in values:
-            if not math.isfinite(v) or not (q.low <= v <= q.high):
-                problems.append((f"{path}.{key}", f"{v} {q.unit} is outside [{q.low}, {q.high}] {q.unit}"))
+            if reason := outside_bounds(v, q):
+                problems.append((f"{path}.{key}", reason))
     return problems
 
 

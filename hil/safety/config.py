@@ -82,7 +82,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hil.config import StrictModel
+from hil.config import StrictModel, outside_bounds
 
 MODES = ("shadow", "advisory", "limited", "full")
 Mode = Literal["shadow", "advisory", "limited", "full"]
@@ -318,9 +318,8 @@ class SafetySection(StrictModel):
                 if name in covered:
                     problems.append((path, f"{name!r} already driven by {covered[name]}"))
                 covered[name] = path
-                q = spec.quantity("inputs", name)
-                if not q.low <= v <= q.high:
-                    problems.append((path, f"{v} is outside [{q.low}, {q.high}] {q.unit}"))
+                if reason := outside_bounds(v, spec.quantity("inputs", name)):
+                    problems.append((path, reason))
         missing = [n for n in actions if n not in covered]
         if missing:
             problems.append(

@@ -41,7 +41,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from hil.config import StrictModel
+from hil.config import StrictModel, outside_bounds
 
 
 class PidLoopConfig(StrictModel):
@@ -164,8 +164,8 @@ class SoftPlcSection(StrictModel):
                     problems.append((path, f"{name!r} is already driven by {written[name]}"))
                     continue
                 q = check_output(path, name)
-                if q is not None and not q.low <= v <= q.high:
-                    problems.append((path, f"{v} {q.unit} is outside [{q.low}, {q.high}] {q.unit}"))
+                if q is not None and (reason := outside_bounds(v, q)):
+                    problems.append((path, reason))
         owned = set(written) | set(self.outputs)
         for name in self.safe_outputs:
             if name in writable and name not in owned:

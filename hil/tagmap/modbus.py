@@ -52,7 +52,7 @@ from typing import Literal, Mapping
 
 from pydantic import AliasChoices, Field, field_validator
 
-from hil.config import StrictModel
+from hil.config import StrictModel, outside_bounds
 
 TABLES = ("coil", "discrete_input", "input_register", "holding_register")
 BIT_TABLES = ("coil", "discrete_input")
@@ -251,8 +251,8 @@ def _check_bits(e: RegisterMap, key: str, q, writable: bool, problems: list) -> 
             continue
         if not writable:
             problems.append((f"{key}.{name}", "only for writable coils"))
-        elif not q.low <= v <= q.high:
-            problems.append((f"{key}.{name}", f"{v} {q.unit} is outside [{q.low}, {q.high}] {q.unit}"))
+        elif reason := outside_bounds(v, q):
+            problems.append((f"{key}.{name}", reason))
 
 
 def _check_range(e: RegisterMap, key: str, q, problems: list) -> None:
