@@ -332,13 +332,20 @@ def test_operator_cli_status_promote_demote_rollback(tmp_path, monkeypatch):
             if res.exit_code == 0 and json.loads(res.output)["t_s"] is not None:
                 break
             time.sleep(0.1)
+        assert res.exit_code == 0, f"the safety wrapper never answered status: {res.output}"
         st = json.loads(res.output)
         assert st["mode"] == "shadow" and st["version"] == "v1"
         res = runner.invoke(cli.command, ["promote", str(CONFIG)])
         if st["t_s"] < 10.0:  # the shadow gate needs 20 s of sim time in shadow first (margin: 0.2 s wall)
             assert res.exit_code == 1 and "refused" in res.output and "window 20 s" in res.output, res.output
-        while json.loads(runner.invoke(cli.command, ["status", str(CONFIG), "--json"]).output)["t_s"] < 25.0:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # 25 s of sim time in shadow (0.5 s of wall time)
+            res = runner.invoke(cli.command, ["status", str(CONFIG), "--json", "--timeout", "2"])
+            if res.exit_code == 0 and (json.loads(res.output)["t_s"] or 0.0) >= 25.0:
+                break
             time.sleep(0.05)
+        else:
+            raise AssertionError(f"the wrapper never reached 25 s of sim time: {res.output}")
         res = runner.invoke(cli.command, ["promote", str(CONFIG)])
         assert res.exit_code == 0 and "promoted shadow -> advisory" in res.output, res.output
         res = runner.invoke(cli.command, ["status", str(CONFIG)])
