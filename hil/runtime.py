@@ -389,8 +389,8 @@ class Runtime:
             if rec is not None and k % decimate == 0:
                 self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
                 rec.append(row)
-            if on_status is not None and time.monotonic() >= next_status:
-                next_status += status_every
+            if on_status is not None and (now := time.monotonic()) >= next_status:
+                next_status = now + status_every  # after a stall: one line, not a burst
                 on_status(self._status(k + 1))
         else:
             k = self.n_steps
