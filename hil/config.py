@@ -163,6 +163,25 @@ def _problems(exc: ValidationError, prefix: tuple = ()) -> list[tuple[str, str]]
     return [(_format_loc(prefix + tuple(e["loc"])), _reason(e)) for e in exc.errors()]
 
 
+def resolve_path(path: str, scenario_path: str | None = None) -> Path:
+    """A config path: absolute, else relative to the cwd if it exists there, else to the scenario file."""
+    p = Path(path)
+    if p.is_absolute() or p.exists() or not scenario_path:
+        return p
+    alt = Path(scenario_path).resolve().parent / p
+    return alt if alt.exists() else p
+
+
+def resolve_path_field(value: str | None, info) -> str | None:
+    """Field validator body for file paths: resolved against the scenario file being read
+    (pydantic validation context {"scenario_path": ...}), so a scenario may name its data
+    files relative to itself."""
+    if value is None:
+        return None
+    context = info.context or {}
+    return str(resolve_path(value, context.get("scenario_path")))
+
+
 def outside_bounds(value: float, q) -> str | None:
     """Why `value` (in the unit of quantity `q`) is not a physical value of it, or None."""
     if not math.isfinite(value) or not q.low <= value <= q.high:
@@ -231,7 +250,7 @@ def parse_scenario(data: dict, source: str | None = None) -> Scenario:
             continue
         model = _optional_section(module, cls_name)
         try:
-            sections[key] = model.model_validate(raw)
+            sections[key] = model.model_validate(raw, context={"scenario_path": source})
         except ValidationError as exc:
             problems += _problems(exc, (key,))
     if problems:

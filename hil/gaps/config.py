@@ -52,7 +52,7 @@ Omitted keys mean "this gap is off". Schema (TOML):
     mean_s, std_s             # normal
     median_s, sigma           # lognormal: ln(d) ~ N(ln(median_s), sigma)
     samples_s = [...]         # empirical: drawn uniformly with replacement
-    file = "p.json"           # profile (format: hil/gaps/profile.py; path relative to the cwd)
+    file = "p.json"           # profile (format: hil/gaps/profile.py; relative: cwd, else the scenario's dir)
     series = "name"           #   series in the file (default: the only one)
     replay = "sequence"       #   "sequence" (recorded order, from a random start) or "random"
     jitter_s = 0.0            # + uniform jitter in [-jitter_s, +jitter_s]
@@ -81,9 +81,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from hil.config import StrictModel
+from hil.config import StrictModel, resolve_path_field
 
 SECONDS_PER_DAY = 86400.0
 MAX_RING_SLOTS = 1 << 20
@@ -146,6 +146,7 @@ class LatencyChannel(StrictModel):
     file: str | None = None
     series: str | None = None
     replay: Literal["sequence", "random"] = "sequence"
+    _resolve_file = field_validator("file")(resolve_path_field)
     jitter_s: float = Field(0.0, ge=0)
     min_s: float = Field(0.0, ge=0)
     max_s: float | None = Field(None, ge=0)
@@ -177,6 +178,7 @@ class TableSource(StrictModel):
     file: str
     rows: Literal["random", "sequential"] = "random"
     columns: list[str] | None = Field(None, description="subset of the CSV columns to use")
+    _resolve_file = field_validator("file")(resolve_path_field)
 
 
 class RandomizeSection(StrictModel):

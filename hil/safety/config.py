@@ -82,19 +82,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hil.config import StrictModel, outside_bounds
+from hil.config import StrictModel, outside_bounds, resolve_path  # noqa: F401  (resolve_path re-exported)
 
 MODES = ("shadow", "advisory", "limited", "full")
 Mode = Literal["shadow", "advisory", "limited", "full"]
-
-
-def resolve_path(path: str, scenario_path: str | None = None) -> Path:
-    """A config path: absolute, else relative to the cwd if it exists there, else to the scenario file."""
-    p = Path(path)
-    if p.is_absolute() or p.exists() or not scenario_path:
-        return p
-    alt = Path(scenario_path).resolve().parent / p
-    return alt if alt.exists() else p
 
 
 def signal_index(spec, name: str) -> tuple[str, int]:

@@ -150,3 +150,27 @@ def test_the_shipped_gaps_config_uses_every_gap_type():
 
 def test_model_defaults_are_off():
     assert SensorGap().noise_std == 0 and ActuatorGap().saturation is None
+
+
+def test_profile_path_resolves_against_the_scenario_file(tmp_path, monkeypatch):
+    """A scenario names its data files relative to itself; it loads from any cwd."""
+    from pathlib import Path
+
+    from hil.config import load_scenario
+    from hil.gaps.profile import from_latencies, save_profile
+
+    root = Path(__file__).resolve().parents[3]
+    scen_dir = tmp_path / "scenarios"
+    scen_dir.mkdir()
+    save_profile(from_latencies([0.01, 0.02, 0.03], name="plc"), scen_dir / "plc_profile.json")
+    text = (root / "configs/bioreactor.toml").read_text()
+    text += '\n[gaps.latency.observation.ph]\ndist = "profile"\nfile = "plc_profile.json"\n'
+    (scen_dir / "s.toml").write_text(text)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    sc = load_scenario(scen_dir / "s.toml")
+    assert Path(sc.gaps.latency.observation["ph"].file) == scen_dir / "plc_profile.json"
+    (scen_dir / "plc_profile.json").unlink()
+    with pytest.raises(Exception, match="gaps.latency.observation.ph.file"):
+        load_scenario(scen_dir / "s.toml")
