@@ -72,6 +72,21 @@ def attach_untracked(name: str) -> shared_memory.SharedMemory:
         resource_tracker.register = register
 
 
+def unlink_image_of(pid: int) -> None:
+    """Remove the images (and lock files) a process that died without closing had created.
+
+    Image names start with `hil_<creator pid>_`, so the block of a SIGKILLed loop can be
+    found and freed by whoever outlives it (its recorder does this when orphaned).
+    """
+    import glob
+
+    for path in glob.glob(f"/dev/shm/hil_{int(pid)}_*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 @dataclass(frozen=True)
 class OutputSnapshot:
     """A consistent copy of what the loop last published."""

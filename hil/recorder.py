@@ -13,8 +13,8 @@ On disk, a recording is a directory:
 Each part is written to a temporary name and renamed, so a run killed with SIGKILL leaves
 only whole parts: it loses at most the last flush interval (default 1 s), and
 `pandas.read_parquet(directory)` or `read_recording(directory)` reads the rest. If only the
-loop is killed, the recorder notices its parent is gone and writes what the ring still
-holds before it exits.
+loop is killed, the recorder notices its parent is gone, writes what the ring still
+holds, and frees the ring and the dead loop's process image before it exits.
 
 Columns: step, t_s (simulated s at the end of the step), wall_ns (monotonic ns at the
 start of the step), lateness_us, cmd.<input> (commanded), app.<input> (applied to the
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.image import attach_untracked
+from hil.image import attach_untracked, unlink_image_of
 
 # ring header (int64): write count, read count, closed flag, dropped rows, n_cols, capacity
 R_WRITE, R_READ, R_CLOSED, R_DROPPED, R_NCOLS, R_CAP = range(6)
@@ -99,6 +99,12 @@ def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_inte
             time.sleep(min(0.05, flush_interval_s))
     del header, ring
     shm.close()
+    if orphaned:  # the loop died without closing: this process is the ring's last user
+        try:
+            shared_memory.SharedMemory(name=shm_name).unlink()
+        except FileNotFoundError:
+            pass
+        unlink_image_of(parent_pid)
 
 
 class Recorder:
@@ -118,7 +124,8 @@ class Recorder:
         self.write_meta()
         ncols = len(columns)
         size = N_RING_HEADER * 8 + capacity * ncols * 8
-        self._shm = shared_memory.SharedMemory(create=True, size=size)
+        self._shm = shared_memory.SharedMemory(create=True, size=size,
+                                               name=f"hil_rec_{os.getpid()}_{time.monotonic_ns() % 10**9}")
         self.header = np.ndarray((N_RING_HEADER,), dtype=np.int64, buffer=self._shm.buf)
         self.header[:] = 0
         self.header[R_NCOLS] = ncols

@@ -100,3 +100,17 @@ def keep_off_cpu(pids, cpu: int) -> str | None:
             except OSError:
                 failed.append(tid)
     return f"could not move threads {failed} off CPU {cpu}" if failed else None
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = 15) -> bool:
+    """Ask the kernel to send `sig` (default SIGTERM) to this process when its parent dies.
+
+    For helper processes (protocol servers) that must not outlive a loop killed with
+    SIGKILL. Returns False if the parent is already gone (the caller should exit).
+    """
+    parent = os.getppid()
+    _libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0)
+    return os.getppid() == parent and parent != 1

@@ -1,8 +1,10 @@
 """`hil run` as a user runs it: JSON summary, and a recording that survives SIGKILL."""
 
+import glob
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,9 +80,55 @@ def test_sigkill_loses_at_most_about_a_second(tmp_path, whole_group):
             pass
     age_s, df = _last_row_age_s(rec, killed_ns)
     assert df["step"].is_monotonic_increasing and df["step"].diff().dropna().eq(1).all()
+    leftovers = glob.glob(f"/dev/shm/hil_{proc.pid}_*") + glob.glob(f"/dev/shm/hil_rec_{proc.pid}_*")
     if whole_group:
         # flush interval 1 s: whole parts only, the last one at most ~1 s (+ write time) old
         assert age_s < 1.6, age_s
+        for path in leftovers:  # nobody survived to free the shared memory: do it here
+            os.unlink(path)
     else:
-        # the recorder outlives the loop and writes what the ring still held
+        # the recorder outlives the loop, writes what the ring still held, frees the memory
         assert age_s < 0.1, age_s
+        assert leftovers == [], leftovers
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_servers_do_not_outlive_a_killed_loop(tmp_path):
+    """SIGKILL of the loop: its Modbus and OPC UA server processes stop, nothing serves stale data."""
+    import psutil
+
+    mb, ua = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        HIL + ["run", "configs/bioreactor_plc.toml", "--duration", "100000", "--quiet", "--no-record",
+               "--set", f"modbus.port={mb}", "--set", f"opcua.port={ua}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        children = []
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            children = psutil.Process(proc.pid).children()
+            listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
+            if {mb, ua} <= listening:
+                break
+            time.sleep(0.2)
+        assert {mb, ua} <= listening and children, "servers never listened"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        gone, alive = psutil.wait_procs(children, timeout=15)
+        assert alive == [], [p.cmdline() for p in alive]
+        listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
+        assert not ({mb, ua} & listening)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for path in glob.glob(f"/dev/shm/hil_{proc.pid}_*"):
+            os.unlink(path)
