@@ -86,6 +86,31 @@ class PID:
         self.integral = min(max(self.integral, self.out_min - self.bias), self.out_max - self.bias)
         return self._clip(self.bias + p + self.integral + d)
 
+    def error(self, setpoint: float, measurement: float) -> float:
+        """The error as this block sees it (sign flipped when reverse acting)."""
+        e = setpoint - measurement
+        return -e if self.reverse else e
+
+    def evaluate(self, setpoint: float, measurement: float) -> float:
+        """Output at this measurement without advancing time: no integration, no derivative
+        (the first execution, when no dt is known). Remembers the measurement for the next D."""
+        if not (math.isfinite(measurement) and math.isfinite(setpoint)):
+            return self._clip(self.bias + self.integral)
+        self._last_meas = measurement
+        return self._clip(self.bias + self.kp * self.error(setpoint, measurement) + self.integral)
+
+    def track(self, output: float, e: float) -> None:
+        """Bumpless transfer: set the integral so that the output at error `e` (as returned by
+        `error`) equals `output`, within the limits. e not finite: the P term is taken as 0."""
+        p = self.kp * e if math.isfinite(e) else 0.0
+        self.integral = min(max(output - self.bias - p, self.out_min - self.bias), self.out_max - self.bias)
+
+    def hold(self) -> None:
+        """The measurement is bad: nothing integrates while it lasts (no windup on a frozen
+        value) and the derivative restarts at the next good measurement (no kick across the gap)."""
+        self._last_meas = None
+        self._d_filtered = 0.0
+
     def _clip(self, u: float) -> float:
         return min(max(u, self.out_min), self.out_max)
 

@@ -16,6 +16,8 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     mode = "shadow"                     # initial rollout mode: shadow|advisory|limited|full
     decision_log = "runs/{scenario}-{timestamp}-safety.jsonl"
     status_path = ""                    # JSON status file ("" = beside the decision log)
+    policy_lost_after_s = 5.0           # sim s without a valid proposal = policy lost (alarm;
+                                        # when it answers again: back to shadow); default 5 steps
 
     [safety.projection]
     box = { agitation_power = [0.0, 80.0] }       # tighter than the spec's bounds
@@ -26,7 +28,14 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     b0 = 0.0
     b = { volume = 0.8 }
 
-    [safety.confidence]                 # fallback when off-distribution or unsure
+    [safety.confidence]                 # fallback when off-distribution or unsure; every
+                                        # check fails closed: a score that cannot be computed
+                                        # (no training statistics, a Bad feature, fewer than 2
+                                        # members, no members) means "not confident"
+    mahalanobis = true                  # false: the operator disables this check explicitly
+    disagreement = true                 #   (`hil safety status` shows it disabled)
+    consistency = true                  # the proposed action must lie in the members' hull
+    consistency_tolerance = 0.01        #   widened by this fraction of each input's scale
     mahalanobis_enter = 6.0             # distance of the features from the training data
     mahalanobis_exit = 4.0
     disagreement_enter = 0.05           # max over actions of std(members) / scale
@@ -37,6 +46,9 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
 
     [safety.fallback]                   # baseline controller (hil.control.pid.PID loops)
     fixed = { base_flow = 0.0 }         # inputs held at a value
+    on_bad = "hold"                     # a loop's measurement is Bad: "hold" the output where
+                                        # the actuator is (integral frozen, no windup), or go
+    safe_output = { agitation_power = 30.0 }  # to "safe": this value (ramped by the rate limit)
     [[safety.fallback.loops]]
     input = "agitation_power"
     measurement = "dissolved_oxygen"
@@ -45,6 +57,7 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     ki = 0.01                           # per (unit s)
     kd = 0.0                            # s
     reverse = false
+    on_bad = "safe"                     # per loop, overrides [safety.fallback].on_bad
     bias = 30.0                         # output at zero error
     out_min = 0.0                       # default: the input's bounds
     out_max = 100.0
@@ -58,6 +71,9 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     limit = 20.0
     for_s = 30.0                        # continuously, in simulated seconds
     action = "rollback"                 # rollback (+ alarm, demote) | alarm | fallback
+    on_bad = "trip"                     # signal Bad (NaN or Bad quality): "trip" at once with
+                                        # `action`; or trip at once with "alarm" / "fallback"
+                                        # instead; "condition": counts as the condition holding
 
     [safety.rollout]
     auto_promote = false                # promote as soon as a gate passes
@@ -85,6 +101,7 @@ from pydantic import Field, model_validator
 from hil.config import StrictModel, outside_bounds, resolve_path  # noqa: F401  (resolve_path re-exported)
 
 MODES = ("shadow", "advisory", "limited", "full")
+LOST_AFTER_STEPS = 5  # default [safety].policy_lost_after_s, in loop steps
 Mode = Literal["shadow", "advisory", "limited", "full"]
 
 
@@ -158,6 +175,10 @@ class ProjectionSection(StrictModel):
 
 
 class ConfidenceSection(StrictModel):
+    mahalanobis: bool = Field(default=True, description="Mahalanobis check on (fails closed)")
+    disagreement: bool = Field(default=True, description="ensemble disagreement check on (fails closed)")
+    consistency: bool = Field(default=True, description="proposal inside the members' hull (fails closed)")
+    consistency_tolerance: float = Field(default=0.01, ge=0, description="fraction of each input's scale")
     mahalanobis_enter: float = Field(default=math.inf, gt=0)
     mahalanobis_exit: float = Field(default=math.inf, gt=0)
     disagreement_enter: float = Field(default=math.inf, gt=0)
@@ -183,6 +204,7 @@ class PidLoop(StrictModel):
     reverse: bool = False
     bias: float = 0.0
     td_filter_s: float = Field(default=0.0, ge=0)
+    on_bad: Literal["hold", "safe"] | None = Field(default=None, description="default [safety.fallback].on_bad")
     out_min: float | None = None
     out_max: float | None = None
 
@@ -190,6 +212,11 @@ class PidLoop(StrictModel):
 class FallbackSection(StrictModel):
     loops: list[PidLoop] = Field(default_factory=list)
     fixed: dict[str, float] = Field(default_factory=dict)
+    on_bad: Literal["hold", "safe"] = Field(default="hold", description="a loop's measurement is Bad")
+    safe_output: dict[str, float] = Field(default_factory=dict, description="per loop input, plant units")
+
+    def loop_on_bad(self, loop: PidLoop) -> str:
+        return loop.on_bad or self.on_bad
 
 
 class Rule(StrictModel):
@@ -199,6 +226,7 @@ class Rule(StrictModel):
     limit: float
     for_s: float = Field(default=0.0, ge=0)
     action: Literal["rollback", "alarm", "fallback"] = "rollback"
+    on_bad: Literal["trip", "alarm", "fallback", "condition"] = "trip"
 
 
 class MonitorSection(StrictModel):
@@ -229,6 +257,9 @@ class SafetySection(StrictModel):
     decision_log: str = "runs/{scenario}-{timestamp}-safety.jsonl"
     status_path: str = ""
     log_every_step: bool = Field(default=False, description="a log line per step, not only on events")
+    policy_lost_after_s: float | None = Field(
+        default=None, gt=0, description="sim s without a valid proposal before the policy counts as lost; "
+        f"default {LOST_AFTER_STEPS} loop steps")
     projection: ProjectionSection = Field(default_factory=ProjectionSection)
     confidence: ConfidenceSection = Field(default_factory=ConfidenceSection)
     fallback: FallbackSection = Field(default_factory=FallbackSection)
@@ -311,6 +342,22 @@ class SafetySection(StrictModel):
                 covered[name] = path
                 if reason := outside_bounds(v, spec.quantity("inputs", name)):
                     problems.append((path, reason))
+        loop_inputs = {loop.input: loop for loop in self.fallback.loops}
+        for name, v in self.fallback.safe_output.items():
+            path = f"safety.fallback.safe_output.{name}"
+            if name not in loop_inputs:
+                problems.append((path, f"{name!r} is not the input of a fallback loop"))
+                continue
+            loop = loop_inputs[name]
+            q = spec.quantity("inputs", name)
+            lo = q.low if loop.out_min is None else loop.out_min
+            hi = q.high if loop.out_max is None else loop.out_max
+            if not (math.isfinite(v) and lo <= v <= hi):
+                problems.append((path, f"{v} is outside the loop's output range [{lo}, {hi}] {q.unit}"))
+        for i, loop in enumerate(self.fallback.loops):
+            if self.fallback.loop_on_bad(loop) == "safe" and loop.input not in self.fallback.safe_output:
+                problems.append((f"safety.fallback.loops[{i}].on_bad",
+                                 f"'safe' needs safety.fallback.safe_output.{loop.input}"))
         missing = [n for n in actions if n not in covered]
         if missing:
             problems.append(
@@ -327,6 +374,108 @@ class SafetySection(StrictModel):
         if watched and MODES.index(self.rollout.max_mode) > MODES.index("advisory"):
             problems.append(("safety.rollout.max_mode", f"the policy cannot act on {', '.join(watched)} (driver is "
                              "not 'bus'): shadow or advisory only, or make the bus drive them"))
+        cf = self.confidence
+        if not (cf.mahalanobis or cf.disagreement or cf.consistency):
+            for mode, gate in self.rollout.gates.items():
+                if gate.max_fallback_rate is not None:
+                    problems.append((f"safety.rollout.gates.{mode}.max_fallback_rate",
+                                     "every confidence check is disabled ([safety.confidence] mahalanobis, "
+                                     "disagreement, consistency), so the fallback rate would read 0 because "
+                                     "nothing is gated: enable a check or drop this KPI"))
+        problems += self._loop_fallback_problems(spec, scenario, actions)
         if MODES.index(self.mode) > MODES.index(self.rollout.max_mode):
             problems.append(("safety.mode", f"{self.mode!r} is above rollout.max_mode {self.rollout.max_mode!r}"))
         return problems
+
+    def _loop_fallback_problems(self, spec, scenario, actions: list[str]) -> list[tuple[str, str]]:
+        """The loop's own watchdog action must lie inside the envelope the wrapper enforces: the
+        box (spec bounds and [safety.projection].box), the limited box when limited autonomy
+        is reachable, and the linear limits evaluated at the scenario's initial state."""
+        from hil.bus_config import bus_input_names, loop_fallback_action
+
+        bus = scenario.bus
+        if bus is None or not bus.enabled:
+            return []
+        names = [n for n in actions if n in bus_input_names(scenario, spec)]
+        if not names:
+            return []
+        a = loop_fallback_action(bus, scenario, spec, names)
+        problems: list[tuple[str, str]] = []
+
+        def origin(name: str) -> str:
+            if name in bus.fallback_action:
+                return ""
+            inp = scenario.inputs.get(name)
+            return (f" (from inputs.{name}.value)" if inp is not None and inp.value is not None
+                    else " (the input's nominal value)")
+
+        limited = MODES.index(self.rollout.max_mode) >= MODES.index("limited")
+        for i, name in enumerate(names):
+            q = spec.quantity("inputs", name)
+            v = float(a[i])
+            if outside_bounds(v, q):
+                continue  # reported by [bus] validation
+            path = f"bus.fallback_action.{name}"
+            lo, hi = self.projection.box.get(name, (q.low, q.high))
+            if not lo <= v <= hi:
+                problems.append((path, f"{v:g} {q.unit}{origin(name)} is outside the safety box [{lo:g}, {hi:g}] "
+                                       f"{q.unit} (safety.projection.box)"))
+            elif limited and name in self.rollout.limited_box:
+                lo, hi = self.rollout.limited_box[name]
+                if not lo <= v <= hi:
+                    problems.append((path, f"{v:g} {q.unit}{origin(name)} is outside the limited-autonomy box "
+                                           f"[{lo:g}, {hi:g}] {q.unit} (safety.rollout.limited_box)"))
+        if not self.projection.linear:
+            return problems
+        try:
+            y0, u0 = initial_signals(spec, scenario)
+        except Exception as exc:  # a plant whose outputs cannot be evaluated outside its kernel
+            return problems + [("bus.fallback_action", f"cannot evaluate the plant's outputs at the initial "
+                                                       f"state to check the linear limits: {exc}")]
+        for i, name in enumerate(names):
+            u0[spec.index("inputs", name)] = a[i]
+        for lim in self.projection.linear:
+            involved = [n for n, w in lim.w.items() if w != 0 and n in names]
+            if not involved:
+                continue
+            path = f"bus.fallback_action.{involved[0]}"
+            try:
+                b = lim.b0
+                for sig, coef in lim.b.items():
+                    if coef != 0:
+                        kind, j = signal_index(spec, sig)
+                        b += coef * (u0[j] if kind == "u" else y0[j])
+                lhs = sum(w * u0[spec.index("inputs", n)] for n, w in lim.w.items())
+            except KeyError:
+                continue  # an unknown signal or input: reported above
+            terms = " + ".join(f"{w:g} * {n}" for n, w in lim.w.items())
+            if not math.isfinite(b):
+                problems.append((path, f"linear limit {lim.name!r}: b(state) cannot be evaluated at the initial "
+                                       f"state, so the loop's fallback action cannot be checked against it"))
+            elif lhs > b + 1e-9 * (1.0 + abs(b)):
+                problems.append((path, f"the loop's fallback action violates linear limit {lim.name!r} at the "
+                                       f"initial state: {terms} = {lhs:g} > b = {b:g}"))
+        return problems
+
+
+def initial_signals(spec, scenario):
+    """(outputs, inputs) of the scenario's plant at its initial state (plant units): states and
+    parameters from the spec's nominal values overridden by [plant], inputs by their configured
+    value. The outputs come from the plant's own `outputs` kernel, run as plain Python."""
+    import numpy as np
+
+    from plants.base import load_plant_module
+
+    module = load_plant_module(scenario.plant.model)
+    x, u, p = spec.nominal("states"), spec.nominal("inputs"), spec.nominal("params")
+    for name, v in scenario.plant.parameters.items():
+        p[spec.index("params", name)] = v
+    for name, v in scenario.plant.initial_state.items():
+        x[spec.index("states", name)] = v
+    for name, inp in scenario.inputs.items():
+        if inp.value is not None:
+            u[spec.index("inputs", name)] = inp.value
+    y = np.zeros(spec.n_outputs)
+    outputs = getattr(module.outputs, "py_func", module.outputs)
+    outputs(x, u, p, y)
+    return y, u

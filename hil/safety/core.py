@@ -1,17 +1,33 @@
 """The safety wrapper's decision, one observation at a time (no sockets: wrapper.py adds them).
 
-For each observation (sim time t_s, measured outputs y, applied inputs u) and the policy's
-proposal for it (or None: silent, late, invalid, or from a version that may not act):
+For each observation (sim time t_s, measured outputs y with their quality q, applied inputs u)
+and the policy's proposal for it (or None: silent, late, invalid, or from a version that may
+not act):
 
-1. the baseline controller computes its action (always, so it is warm);
-2. the monitor rules run; a trip raises an alarm and, per rule, rolls the policy back to the
-   previous known-good version and/or forces the fallback; the mode is demoted;
+0. quality: an output that is not finite or whose quality is Bad is Bad: it reaches every
+   layer below as NaN, and each layer fails closed on it (a check that cannot be computed
+   counts as failed). Uncertain outputs are used as they are;
+1. the baseline controller computes its action (always, so it is warm). It follows the
+   APPLIED actuator values when they differ from what the wrapper decided (the loop's
+   watchdog acted, an actuator gap), and a loop with a Bad measurement holds or goes to its
+   safe output ([safety.fallback].on_bad);
+2. the monitor rules run (a Bad signal trips per its rule's `on_bad`); a trip raises an alarm
+   and, per rule, rolls the policy back to the previous known-good version and/or forces the
+   fallback; the mode is demoted;
 3. the confidence gate scores the observation (Mahalanobis distance of the features, ensemble
-   disagreement) and holds the fallback with hysteresis;
+   disagreement, the proposal's consistency with its members) and holds the fallback with
+   hysteresis; a score that cannot be computed means "not confident" unless that check is
+   disabled in [safety.confidence];
 4. the rollout mode decides who acts: shadow/advisory -> the baseline; limited/full -> the
-   policy unless the gate holds the fallback or the policy is silent;
-5. whatever acts is projected (box, rate, linear limits; limited: the tighter band), every
-   clip recorded with its reason; the baseline then tracks the applied action (bumpless).
+   policy unless the gate holds the fallback, the policy is silent, or a linear limit's
+   b(state) cannot be computed (then the baseline acts, projected on box and rate only);
+5. whatever acts is projected (box, rate from the APPLIED value over one loop step, linear
+   limits; limited: the tighter band), every clip recorded with its reason; the baseline then
+   tracks the decided action (bumpless).
+
+A policy silent for [safety].policy_lost_after_s of sim time is lost: an alarm (distinct from
+a single deadline miss, which is only a silent step). When it answers again, the rollout goes
+back to shadow: it re-enters through the gates, never straight back to authority.
 
 Everything is driven by the observations' simulated time, so a lockstep run is reproducible.
 `log` receives one dict per event (a JSONL line in wrapper.py).
@@ -21,17 +37,21 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from hil.policy.features import FeatureMap
-from hil.safety.config import MODES
+from hil.safety.config import LOST_AFTER_STEPS, MODES
 from hil.safety.fallback import ConfidenceGate, FallbackController
 from hil.safety.monitor import Monitor, VersionKeeper
 from hil.safety.projection import Projector
 from hil.safety.rollout import KpiSample, Rollout
+
+QUALITY_BAD = 2  # per-output quality codes: 0 Good, 1 Uncertain, 2 Bad
+RECENT_DECISIONS = 16  # decisions that may still be in flight to the actuators
 
 
 @dataclass
@@ -69,14 +89,24 @@ class SafetyCore:
         self.lim_hi = np.array([ro.limited_box.get(a, (-np.inf, np.inf))[1] for a in self.names])
         self.lim_dev = np.array([ro.limited_max_deviation.get(a, np.inf) for a in self.names])
         self.action_index = np.array([spec.index("inputs", a) for a in self.names], dtype=np.intp)
+        self.output_names = list(spec.names("outputs"))
+        self.step_s = float(scenario.loop.step_s)  # an action replaces the applied value one step later
+        self.lost_after_s = (sec.policy_lost_after_s if sec.policy_lost_after_s is not None
+                             else LOST_AFTER_STEPS * self.step_s)
         self.features: FeatureMap | None = None
+        self._stats_why = "no training statistics"
         self._use_version(version)
-        self.prev_action: np.ndarray | None = None
-        self.prev_t: float | None = None
+        self.recent: deque[np.ndarray] = deque(maxlen=RECENT_DECISIONS)  # decided actions, newest last
         self.last_t: float | None = None
         self.last_step = -1
         self.silent = False
         self.last_source = ""
+        self.bad_signals: list[str] = []
+        self.overridden: list[str] = []
+        self.policy_lost = False
+        self._answered_t: float | None = None  # sim time of the last valid proposal
+        self._lost_t: float | None = None
+        self.losses: list[dict] = []
         self.alarms: list[dict] = []
         self._want_command: str | None = None
         self._post: tuple | None = None
@@ -84,16 +114,27 @@ class SafetyCore:
         self._command_t = -math.inf
         self.c = {k: 0 for k in ("decisions", "policy_actions", "baseline_actions", "silent_steps",
                                  "wrong_version", "clipped_decisions", "clips", "infeasible", "fallback_enters",
-                                 "alarms", "rollbacks", "promotions", "demotions", "promote_refused")}
+                                 "alarms", "rollbacks", "promotions", "demotions", "promote_refused",
+                                 "bad_observations", "limits_unknown", "applied_overrides", "policy_lost")}
+        checks = self.gate.checks()
         self.log({"event": "start", "mode": self.rollout.mode, "version": version, "actions": self.names,
-                  "mahalanobis": self.gate.precision is not None})
+                  "mahalanobis": self.gate.precision is not None,
+                  "checks": {k: v["enabled"] for k, v in checks.items()},
+                  "policy_lost_after_s": self.lost_after_s})
+        if self.gate.enabled["mahalanobis"] and self.gate.precision is None and version:
+            self.log({"event": "warning", "reason": f"{self._stats_why}: the Mahalanobis check cannot be computed, "
+                      "so the confidence gate holds the fallback (fail closed); disable it explicitly with "
+                      "[safety.confidence] mahalanobis = false"})
 
     # ---- policy versions ----
     def _use_version(self, version: str | None) -> None:
         """Load the training statistics and features of `version` for the confidence gate."""
         self.gate.set_stats(None)
         self.features = None
+        self._stats_why = f"no training statistics for {version}"
         if not version or self.store is None:
+            if version:
+                self._stats_why = f"no training statistics for {version} (entry and ONNX policies carry none)"
             return
         try:
             meta = self.store.meta(version)
@@ -110,26 +151,58 @@ class SafetyCore:
         return self.keeper.current or None
 
     # ---- the decision ----
-    def prepare(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray) -> None:
-        """The part of the decision that does not need the proposal: baseline action, monitor
-        (alarms, rollback, forced fallback), features and Mahalanobis distance. The wrapper runs
-        it when the observation arrives, while the policy is still computing, so only the rest
-        is on the round trip; decide() runs it itself if it was not run for this observation."""
+    def _quality(self, y: np.ndarray, q) -> tuple[np.ndarray, np.ndarray | None]:
+        """(y with NaN for every Bad output, bool mask of the Bad ones or None if none)."""
+        bad = ~np.isfinite(y)
+        if q is not None:
+            bad |= np.asarray(q) >= QUALITY_BAD
+        if not bad.any():
+            return y, None
+        y = y.copy()
+        y[bad] = np.nan
+        return y, bad
+
+    def prepare(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray, q=None) -> None:
+        """The part of the decision that does not need the proposal: quality, baseline action,
+        monitor (alarms, rollback, forced fallback), features and Mahalanobis distance. The
+        wrapper runs it when the observation arrives, while the policy is still computing, so
+        only the rest is on the round trip; decide() runs it itself if it was not run for this
+        observation. y: measured outputs (NaN where Bad); q: None (all Good) or uint8 per
+        output (0 Good, 1 Uncertain, 2 Bad); u: the inputs the loop applied in that step."""
         self.finish()
+        y_in = y
+        y, bad = self._quality(y, q)
         dt = 0.0 if self.last_t is None else max(t_s - self.last_t, 0.0)
         self.last_t, self.last_step = t_s, step
-        base = self.baseline.update(y, u, dt)
         rec_base = {"t_s": t_s, "step": step}
         c = self.c
+        bad_names = [] if bad is None else [self.output_names[i] for i in np.flatnonzero(bad)]
+        if bad_names:
+            c["bad_observations"] += 1
+        if bad_names != self.bad_signals:
+            self.log({**rec_base, "event": "quality", "bad": bad_names,
+                      "reason": ("Bad: " + ", ".join(bad_names)) if bad_names else "every output Good again"})
+            self.bad_signals = bad_names
+
+        # 1. baseline: follow the actuators where they carry what the wrapper did not decide
+        applied = u[self.action_index]
+        override = self._overridden(applied)
+        if override is not None:
+            c["applied_overrides"] += 1
+            self.baseline.follow(applied, override, y, u)
+        names = [] if override is None else [self.names[i] for i in np.flatnonzero(override)]
+        if names != self.overridden:
+            if names and self.recent:
+                self.log({**rec_base, "event": "applied_override", "inputs": names, "applied": _r(applied),
+                          "reason": f"applied {', '.join(names)} differ from every recent decision (loop watchdog, "
+                                    "actuator gap or another writer): the baseline and the rate limit follow them"})
+            self.overridden = names
+        base = self.baseline.update(y, u, dt)
 
         # 2. monitor
         trips = self.monitor.update(t_s, y, u)
         for trip in trips:
-            c["alarms"] += 1
-            alarm = {"t_s": t_s, "rule": trip.rule, "message": trip.message, "wall_ns": time.time_ns()}
-            self.alarms.append(alarm)
-            del self.alarms[:-50]
-            self.log({**rec_base, "event": "alarm", "rule": trip.rule, "reason": trip.message})
+            self._alarm(t_s, step, trip.rule, trip.message)
             if trip.action == "rollback":
                 self.rollback(t_s, trip.message)
             elif trip.action == "fallback":
@@ -142,18 +215,80 @@ class SafetyCore:
 
         # 3. confidence, the observation's part
         x = self.features.build(y, u) if self.features is not None else None
-        self._prepared = (step, t_s, y, u, base, trips, self.gate.mahalanobis(x))
+        maha = self.gate.mahalanobis(x)
+        if x is None:
+            maha_why = self._stats_why
+        elif math.isnan(maha):
+            maha_why = "a feature is Bad: " + (", ".join(bad_names) or "not finite")
+        else:
+            maha_why = ""
+        unknown = self.projector.unknown_limits(y, u)
+        self._prepared = (step, t_s, y_in, u, y, base, trips, maha, maha_why, unknown)
+
+    def _overridden(self, applied: np.ndarray) -> np.ndarray | None:
+        """Per action: the applied value matches none of the recent decisions (which may still be
+        in flight under latency), so someone else moved the actuator. None if all match."""
+        if not self.recent:
+            return np.ones(applied.size, dtype=bool)
+        match = np.zeros(applied.size, dtype=bool)
+        tol = 1e-9 * (1.0 + np.abs(applied))
+        for a in reversed(self.recent):
+            match |= np.abs(applied - a) <= tol
+            if match.all():
+                return None
+        return ~match
+
+    def _alarm(self, t_s: float, step: int, rule: str, message: str) -> None:
+        self.c["alarms"] += 1
+        self.alarms.append({"t_s": t_s, "rule": rule, "message": message, "wall_ns": time.time_ns()})
+        del self.alarms[:-50]
+        self.log({"t_s": t_s, "step": step, "event": "alarm", "rule": rule, "reason": message})
+
+    def _track_policy(self, t_s: float, step: int, answered: bool, why_silent: str | None) -> int:
+        """Policy lost / recovered bookkeeping for this observation; returns alarms raised. Any
+        silence counts (no answer in time, an invalid answer, a version that may not act: a
+        policy process that cannot load the version it is told to is as useless as a dead one)."""
+        if self.version is None:  # every version rolled back: proposals do not matter
+            self._answered_t = t_s
+            return 0
+        if answered:
+            self._answered_t = t_s
+            if self.policy_lost:
+                self.policy_lost = False
+                lost_s = t_s - self._lost_t
+                self.losses[-1]["recovered_t_s"] = t_s
+                reason = (f"policy answers again after being lost for {lost_s:g} s (since t = {self._lost_t:g} s): "
+                          "it re-enters through the rollout gates")
+                self.log({"t_s": t_s, "step": step, "event": "policy_recovered", "reason": reason})
+                if MODES.index(self.rollout.mode) > 0:
+                    self.demote(t_s, "shadow", reason)
+            return 0
+        if self._answered_t is None:
+            self._answered_t = t_s - self.step_s  # silent from the first observation on
+        silent_s = t_s - self._answered_t
+        if self.policy_lost or silent_s < self.lost_after_s - 1e-9:
+            return 0
+        self.policy_lost = True
+        self._lost_t = t_s
+        self.c["policy_lost"] += 1
+        self.losses.append({"t_s": t_s, "silent_since_t_s": self._answered_t, "recovered_t_s": None})
+        del self.losses[:-20]
+        self._alarm(t_s, step, "policy_lost",
+                    f"policy lost: no valid proposal for {silent_s:g} s (since t = {self._answered_t:g} s; "
+                    f"limit {self.lost_after_s:g} s; last: {why_silent}); the baseline controller holds")
+        return 1
 
     def decide(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray, proposal=None,
-               silent_reason: str = "no proposal", defer: bool = False) -> Decision:
+               silent_reason: str = "no proposal", defer: bool = False, q=None) -> Decision:
         """proposal: a validated bus Message (kind proposal) answering this observation, or None.
-        defer=True: the caller runs finish() (after sending the action)."""
+        defer=True: the caller runs finish() (after sending the action). q: see prepare()."""
         prep = self._prepared
         if prep is None or prep[0] != step or prep[1] != t_s or prep[2] is not y or prep[3] is not u:
-            self.prepare(step, t_s, y, u)
+            self.prepare(step, t_s, y, u, q)
             prep = self._prepared
         self._prepared = None
-        base, trips, maha = prep[4], prep[5], prep[6]
+        y = prep[4]
+        base, trips, maha, maha_why, unknown = prep[5:]
         c = self.c
         c["decisions"] += 1
         rec_base = {"t_s": t_s, "step": step}
@@ -177,47 +312,66 @@ class SafetyCore:
                       "reason": why_silent or "valid proposal"})
         if proposal is None:
             c["silent_steps"] += 1
+        lost_alarms = self._track_policy(t_s, step, proposal is not None, why_silent)
 
         # 3. confidence, the proposal's part
-        members = proposal.payload["members"] if proposal is not None else None
-        dis = self.gate.disagreement(members)
-        active, transition = self.gate.update(t_s, maha, dis)
+        dis = inc = None
+        why = {"mahalanobis": maha_why}
+        prop_a = None
+        if proposal is not None:
+            prop_a = proposal.payload["a"]
+            members = proposal.payload["members"]
+            dis = self.gate.disagreement(members)
+            inc = self.gate.inconsistency(prop_a, members)
+            n_m = 0 if members is None else members.shape[0]
+            why["disagreement"] = f"{n_m} member(s), at least 2 needed"
+            why["consistency"] = "the proposal carries no members"
+        active, transition = self.gate.update(t_s, maha, dis, inc, why)
         if transition:
             if active:
                 c["fallback_enters"] += 1
             self.log({**rec_base, "event": "fallback_enter" if active else "fallback_exit", "reason": transition})
 
-        # 4. who acts
+        # 4. who acts; the rate limit acts on the applied value over the one step to come
         mode = self.rollout.mode
-        dt_a = -1.0 if self.prev_t is None else t_s - self.prev_t
+        applied = u[self.action_index]
         band_lo = band_hi = None
         if mode == "limited":
             band_lo = np.maximum(self.lim_lo, base - self.lim_dev)
             band_hi = np.minimum(self.lim_hi, base + self.lim_dev)
-        prop_a = proj_p = None
+        proj_p = None
         clips_p: list = []
+        limits_ok = not unknown
         if proposal is not None:
-            prop_a = proposal.payload["a"]
-            proj_p, clips_p = self.projector.project(prop_a, self.prev_action, dt_a, y, u, band_lo, band_hi)
-        if mode in ("limited", "full") and proposal is not None and not self.gate.active:
+            proj_p, clips_p = self.projector.project(prop_a, applied, self.step_s, y, u, band_lo, band_hi,
+                                                     linear=limits_ok)
+        reason = None
+        if mode in ("limited", "full") and proposal is not None and not self.gate.active and limits_ok:
             final, clips, source = proj_p, clips_p, "policy"
         else:
             if proposal is None:
-                why = "silent"
+                why_b = "silent"
             elif mode in ("shadow", "advisory"):
-                why = mode
+                why_b = mode
+            elif self.gate.active:
+                why_b = "confidence"
             else:
-                why = "confidence"
-            final, clips = self.projector.project(base, self.prev_action, dt_a, y, u)
-            source = "baseline:" + why
+                why_b = "limits_unknown"
+            final, clips = self.projector.project(base, applied, self.step_s, y, u, linear=limits_ok)
+            source = "baseline:" + why_b
+        if not limits_ok:
+            c["limits_unknown"] += 1
+            reason = (f"linear limit(s) {', '.join(unknown)}: b(state) cannot be computed (Bad: "
+                      f"{', '.join(self.bad_signals) or 'non-finite input'}); the policy may not act, the baseline "
+                      "is projected on box and rate only")
         infeasible = self.projector.infeasible
-        self.prev_action, self.prev_t = final, t_s
+        self.recent.append(final)
         command, self._want_command = self._want_command, None
         if command is not None:
             self._command_t = t_s
         advice = proj_p if mode == "advisory" else None
         self._post = (step, t_s, y, u, base, final, clips, source, mode, prop_a, proj_p, clips_p, trips, maha, dis,
-                      infeasible)
+                      inc, infeasible, reason, lost_alarms)
         if not defer:
             self.finish()
         return Decision(final, source, mode, advice, command)
@@ -228,8 +382,8 @@ class SafetyCore:
         unless told to defer."""
         if self._post is None:
             return
-        (step, t_s, y, u, base, final, clips, source, mode, prop_a, proj_p, clips_p, trips, maha, dis,
-         infeasible) = self._post
+        (step, t_s, y, u, base, final, clips, source, mode, prop_a, proj_p, clips_p, trips, maha, dis, inc,
+         infeasible, reason, lost_alarms) = self._post
         self._post = None
         c = self.c
         if infeasible:
@@ -244,8 +398,9 @@ class SafetyCore:
         else:
             dev = (prop_a - base) / self.span
             action_sq = float(dev @ dev) / dev.size
-        self.rollout.record(KpiSample(t_s, self.baseline.tracking_sq(y, u), self.gate.active, prop_a is None,
-                                      bool(clips_p), action_sq, len(trips)))
+        refused = self.gate.active or source == "baseline:limits_unknown"
+        self.rollout.record(KpiSample(t_s, self.baseline.tracking_sq(y, u), refused, prop_a is None,
+                                      bool(clips_p), action_sq, len(trips) + lost_alarms))
         rec_base = {"t_s": t_s, "step": step}
         promoted = self.rollout.maybe_auto_promote(t_s)
         if promoted is not None:
@@ -253,16 +408,19 @@ class SafetyCore:
             self.log({**rec_base, "event": "mode", "mode": self.rollout.mode,
                       "reason": self.rollout.history[-1]["reason"], "gate": promoted.as_dict()})
         if (clips or mode in ("shadow", "advisory") or self.sec.log_every_step or source != self.last_source
-                or infeasible):
+                or infeasible or reason):
             rec = {**rec_base, "event": "decision", "mode": mode, "source": source, "action": _r(final),
                    "baseline": _r(base), "proposal": _r(prop_a), "projected": _r(proj_p),
-                   "applied": _r(u[self.action_index]), "mahalanobis": _f(maha), "disagreement": _f(dis)}
+                   "applied": _r(u[self.action_index]), "mahalanobis": _f(maha), "disagreement": _f(dis),
+                   "inconsistency": _f(inc)}
             if clips:
                 rec["clips"] = [cl.as_dict() for cl in clips]
             if clips_p and source != "policy":
                 rec["proposal_clips"] = [cl.as_dict() for cl in clips_p]
             if infeasible:
                 rec["reason"] = "linear limits infeasible inside the box"
+            if reason:
+                rec["reason"] = reason
             self.log(rec)
         self.last_source = source
 
@@ -300,6 +458,20 @@ class SafetyCore:
                       "reason": "; ".join(res.reasons), "gate": res.as_dict()})
         return res.as_dict()
 
+    def policy_state(self) -> dict:
+        """ok | silent | lost | none (no version may act), with since when (sim s)."""
+        if self.version is None:
+            state = "none"
+        elif self.policy_lost:
+            state = "lost"
+        elif self.silent:
+            state = "silent"
+        else:
+            state = "ok"
+        return {"state": state, "last_answer_t_s": self._answered_t if self.c["decisions"] else None,
+                "lost_since_t_s": self._lost_t if self.policy_lost else None,
+                "lost_after_s": self.lost_after_s, "losses": list(self.losses)}
+
     def status(self) -> dict:
         self.finish()
         t_s = self.last_t if self.last_t is not None else 0.0
@@ -308,13 +480,16 @@ class SafetyCore:
             "rolled_back": list(self.keeper.rolled_back), "source": self.last_source,
             "fallback": {"active": self.gate.active, "reason": self.gate.reason,
                          "mahalanobis": _f(self.gate.last_mahalanobis),
-                         "disagreement": _f(self.gate.last_disagreement)},
-            "policy_silent": self.silent, "alarms": list(self.alarms[-10:]), "alarm_count": self.c["alarms"],
+                         "disagreement": _f(self.gate.last_disagreement),
+                         "checks": self.gate.checks()},
+            "policy_silent": self.silent, "policy": self.policy_state(),
+            "bad_signals": list(self.bad_signals), "applied_overrides": list(self.overridden),
+            "alarms": list(self.alarms[-10:]), "alarm_count": self.c["alarms"],
             "monitor_holding": self.monitor.holding(), "gate": self.rollout.evaluate(t_s).as_dict(),
             "mode_history": list(self.rollout.history), "rollbacks": list(self.keeper.history),
             "counters": dict(self.c),
         }
 
 
-def _f(v: float) -> float | None:
+def _f(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)

@@ -2,17 +2,32 @@
 
 FallbackController: the baseline, hand-written controller operations trust: PID loops
 (hil.control.pid.PID, the SoftPLC's block) and fixed values, one per action input. It runs on
-every observation, whoever acts, and tracks the applied action (its integral is reset so its
-next output continues from what was applied: bumpless transfer back to it at any time).
+every observation, whoever acts, and stays bumpless in two ways:
+- `track(decided)`: after each decision, each PID's integral is set so that its output at the
+  current error equals the decided action (the policy's, or its own after projection);
+- `follow(applied)`: when the actuator carries a value the wrapper did not decide (the loop's
+  watchdog fallback after a hang, an actuator gap, another writer), the output is set to that
+  applied value at the error of the PID's last execution, so the baseline continues from where
+  the actuator really is, not from where the wrapper last wanted it.
+A loop whose measurement is Bad (NaN, or Bad quality) does not execute: with `on_bad = "hold"`
+its output stays where the actuator is and its integral is frozen at the last good measurement
+(no windup on a frozen value; the derivative restarts at the next good sample); with
+`on_bad = "safe"` its output goes to the loop's `safe_output` (the projection ramps it at the
+rate limit). Fixed values are unaffected.
 
 ConfidenceGate: scores each observation by
 - the Mahalanobis distance of the policy's features from its training data (mean, covariance
-  stored with the policy version), and
+  stored with the policy version),
 - the ensemble's disagreement: max over actions of std(members) / scale (default scale: the
-  input's span),
+  input's span), and
+- the proposal's inconsistency with its members: max over actions of the distance of the
+  proposed action outside the members' hull [min, max], / scale (0 inside),
 and holds the fallback with hysteresis: it enters as soon as a score exceeds its `*_enter`
 threshold; it leaves only after `min_dwell_s` (simulated) in fallback AND `min_dwell_s` with
-every score below its `*_exit` threshold.
+every score below its `*_exit` threshold. Every check fails closed: a score that cannot be
+computed (no training statistics, a Bad feature, fewer than 2 members for the disagreement,
+no members for the consistency) counts as exceeding its threshold, unless the operator
+disabled that check ([safety.confidence] mahalanobis / disagreement / consistency = false).
 """
 
 from __future__ import annotations
@@ -25,52 +40,79 @@ from numba import njit
 from hil.control.pid import pid_from_config
 from hil.safety.config import signal_index, signal_span
 
+CHECKS = ("mahalanobis", "disagreement", "consistency")
+
 
 class FallbackController:
     def __init__(self, section, spec, action_names: list[str]):
         self.names = list(action_names)
         self.action = np.zeros(len(self.names))
-        self.loops = []  # (position, PID, setpoint, kind, index, span)
+        self.loops = []  # (position, PID, setpoint, kind, index, span, safe output or None)
         for loop in section.loops:
             pid = pid_from_config(loop, spec.quantity("inputs", loop.input))
             kind, idx = signal_index(spec, loop.measurement)
+            safe = section.safe_output[loop.input] if section.loop_on_bad(loop) == "safe" else None
             self.loops.append((self.names.index(loop.input), pid, loop.setpoint, kind, idx,
-                               signal_span(spec, loop.measurement)))
+                               signal_span(spec, loop.measurement), safe))
             self.action[self.names.index(loop.input)] = pid._clip(loop.bias)
         self.fixed = [(self.names.index(n), v) for n, v in section.fixed.items()]
         for pos, v in self.fixed:
             self.action[pos] = v
+        self.last_e = [math.nan] * len(self.loops)  # error at each loop's last good measurement
+        self.bad = [False] * len(self.loops)  # the loop's measurement was Bad in the last update
 
     @staticmethod
     def _meas(kind: str, idx: int, y: np.ndarray, u: np.ndarray) -> float:
         return float(u[idx] if kind == "u" else y[idx])
 
     def update(self, y: np.ndarray, u: np.ndarray, dt_s: float) -> np.ndarray:
-        """Baseline action for this observation (plant units); dt_s: sim s since the last one."""
-        for pos, pid, sp, kind, idx, _ in self.loops:
-            self.action[pos] = pid.update(sp, self._meas(kind, idx, y, u), dt_s)
+        """Baseline action for this observation (plant units); dt_s: sim s since the last one
+        (<= 0 on the first: the output at the current error, nothing integrated). y may hold
+        NaN for Bad outputs."""
+        for li, (pos, pid, sp, kind, idx, _, safe) in enumerate(self.loops):
+            m = self._meas(kind, idx, y, u)
+            if not math.isfinite(m):
+                if not self.bad[li]:
+                    pid.hold()
+                    self.bad[li] = True
+                if safe is not None:
+                    self.action[pos] = safe
+                continue  # "hold": the output stays where the actuator is (see follow/track)
+            self.bad[li] = False
+            self.action[pos] = pid.update(sp, m, dt_s) if dt_s > 0 else pid.evaluate(sp, m)
+            self.last_e[li] = pid.error(sp, m)
         for pos, v in self.fixed:
             self.action[pos] = v
         return self.action.copy()
 
     def track(self, applied: np.ndarray, y: np.ndarray, u: np.ndarray) -> None:
-        """Bumpless transfer: make each PID's output at the current error equal what was applied."""
-        for pos, pid, sp, kind, idx, _ in self.loops:
+        """Bumpless transfer: make each PID's output at the current error (the last good one if
+        the measurement is Bad) equal what was decided or applied."""
+        for li, (pos, pid, sp, kind, idx, _, _) in enumerate(self.loops):
             if abs(applied[pos] - self.action[pos]) > 1e-12 * (1.0 + abs(applied[pos])):
-                e = sp - self._meas(kind, idx, y, u)
-                if pid.reverse:
-                    e = -e
-                if math.isfinite(e):
-                    pid.integral = min(max(applied[pos] - pid.bias - pid.kp * e, pid.out_min - pid.bias),
-                                       pid.out_max - pid.bias)
+                m = self._meas(kind, idx, y, u)
+                pid.track(applied[pos], pid.error(sp, m) if math.isfinite(m) else self.last_e[li])
+                self.action[pos] = applied[pos]
+
+    def follow(self, applied: np.ndarray, which: np.ndarray, y: np.ndarray, u: np.ndarray) -> None:
+        """The actuators `which` (bool per action) carry values the wrapper did not decide: set
+        each PID's output at the error of its last execution (before the first one: at the
+        current measurement) to the applied value, before this observation's update."""
+        for li, (pos, pid, sp, kind, idx, _, _) in enumerate(self.loops):
+            if which[pos]:
+                e = self.last_e[li]
+                if not math.isfinite(e):
+                    e = pid.error(sp, self._meas(kind, idx, y, u))
+                pid.track(applied[pos], e)
                 self.action[pos] = applied[pos]
 
     def tracking_sq(self, y: np.ndarray, u: np.ndarray) -> float:
-        """Mean over loops of ((measurement - setpoint) / span)^2; 0 without loops."""
+        """Mean over loops of ((measurement - setpoint) / span)^2; 0 without loops; NaN when a
+        loop's measurement is Bad (the KPI cannot be computed)."""
         if not self.loops:
             return 0.0
         s = 0.0
-        for _, _, sp, kind, idx, span in self.loops:
+        for _, _, sp, kind, idx, span, _ in self.loops:
             s += ((self._meas(kind, idx, y, u) - sp) / span) ** 2
         return s / len(self.loops)
 
@@ -99,15 +141,31 @@ class ConfidenceGate:
     def __init__(self, section, spec, action_names: list[str]):
         self.sec = section
         self.scale = np.array([section.scale.get(n, signal_span(spec, "u." + n)) for n in action_names])
+        self._inv_scale = 1.0 / self.scale
         self._inv_scale2 = 1.0 / (self.scale * self.scale)
+        self.enabled = {k: bool(getattr(section, k)) for k in CHECKS}
+        # (enter, exit) per check; consistency has one tolerance (no hysteresis needed: the
+        # dwell holds the fallback)
+        self.thresholds = {
+            "mahalanobis": (section.mahalanobis_enter, section.mahalanobis_exit),
+            "disagreement": (section.disagreement_enter, section.disagreement_exit),
+            "consistency": (section.consistency_tolerance, section.consistency_tolerance),
+        }
         self.mean: np.ndarray | None = None
         self.precision: np.ndarray | None = None
         self.active = False
         self.reason = ""
         self._since = -math.inf  # sim time the fallback was entered
         self._calm_since: float | None = None  # sim time every score went below its exit threshold
-        self.last_mahalanobis = math.nan
-        self.last_disagreement = math.nan
+        self.last = {k: math.nan for k in CHECKS}
+
+    @property
+    def last_mahalanobis(self) -> float:
+        return self.last["mahalanobis"]
+
+    @property
+    def last_disagreement(self) -> float:
+        return self.last["disagreement"]
 
     def set_stats(self, stats: tuple[np.ndarray, np.ndarray] | None) -> None:
         """Training statistics (mean, covariance) of the current policy's features, or None."""
@@ -121,12 +179,15 @@ class ConfidenceGate:
         self.precision = np.linalg.inv(cov + ridge * np.eye(cov.shape[0]))
 
     def mahalanobis(self, x: np.ndarray | None) -> float:
+        """Distance of the features from the training data; NaN when it cannot be computed (no
+        statistics, no features, a non-finite feature)."""
         if self.precision is None or x is None:
             return math.nan
         d = x - self.mean
-        return math.sqrt(max(float(d @ self.precision @ d), 0.0))
+        return math.sqrt(max(float(d @ self.precision @ d), 0.0))  # NaN propagates
 
     def disagreement(self, members: np.ndarray | None) -> float:
+        """max over actions of std(members) / scale; NaN with fewer than 2 members."""
         if members is None or members.shape[0] < 2:
             return math.nan
         members = np.asarray(members, dtype=np.float64)
@@ -134,17 +195,42 @@ class ConfidenceGate:
             raise ValueError(f"members of shape {members.shape}, expected (M, {self._inv_scale2.size})")
         return float(_max_scaled_std(members, self._inv_scale2))
 
-    def update(self, t_s: float, mahalanobis: float, disagreement: float) -> tuple[bool, str | None]:
-        """Advance to sim time t_s with this observation's scores. Returns (active, transition)
-        where transition is None, or a reason string when the gate just entered or left."""
-        self.last_mahalanobis, self.last_disagreement = mahalanobis, disagreement
-        s = self.sec
+    def inconsistency(self, a: np.ndarray, members: np.ndarray | None) -> float:
+        """How far the proposed action lies outside its members' hull: max over actions of
+        max(0, min(members) - a, a - max(members)) / scale. 0 inside; NaN without members."""
+        if members is None or members.shape[0] < 1:
+            return math.nan
+        members = np.asarray(members, dtype=np.float64)
+        if members.ndim != 2 or members.shape[1] != self._inv_scale.size:
+            raise ValueError(f"members of shape {members.shape}, expected (M, {self._inv_scale.size})")
+        out = np.maximum(np.maximum(members.min(axis=0) - a, a - members.max(axis=0)), 0.0) * self._inv_scale
+        return float(out.max())  # NaN propagates
+
+    def update(self, t_s: float, mahalanobis: float, disagreement: float | None = None,
+               inconsistency: float | None = None, why: dict[str, str] | None = None) -> tuple[bool, str | None]:
+        """Advance to sim time t_s with this observation's scores. A score of None is not
+        applicable this step (no proposal to check): it neither trips nor disturbs the calm;
+        NaN cannot be computed: it trips an enabled check (fail closed), `why[check]` saying
+        why. Returns (active, transition), transition a reason string when the gate just
+        entered or left, else None."""
+        self.last["mahalanobis"] = mahalanobis
+        self.last["disagreement"] = math.nan if disagreement is None else disagreement
+        self.last["consistency"] = math.nan if inconsistency is None else inconsistency
         trips = []
-        if mahalanobis > s.mahalanobis_enter:
-            trips.append(f"mahalanobis {mahalanobis:.3g} > {s.mahalanobis_enter:g}")
-        if disagreement > s.disagreement_enter:
-            trips.append(f"disagreement {disagreement:.3g} > {s.disagreement_enter:g}")
-        calm = not (mahalanobis > s.mahalanobis_exit) and not (disagreement > s.disagreement_exit)
+        calm = True
+        for name, v in (("mahalanobis", mahalanobis), ("disagreement", disagreement),
+                        ("consistency", inconsistency)):
+            if v is None or not self.enabled[name]:
+                continue
+            enter, exit_ = self.thresholds[name]
+            if math.isnan(v):
+                trips.append(f"{name} cannot be computed ({(why or {}).get(name, 'no score')}): not confident")
+                calm = False
+            else:
+                if v > enter:
+                    trips.append(f"{_label(name)} {v:.3g} > {enter:g}")
+                if v > exit_:
+                    calm = False
         if not self.active:
             if trips:
                 self.active, self._since, self._calm_since = True, t_s, None
@@ -158,10 +244,11 @@ class ConfidenceGate:
             return True, None
         if self._calm_since is None:
             self._calm_since = t_s
-        if t_s - self._since >= s.min_dwell_s and t_s - self._calm_since >= s.min_dwell_s:
+        if t_s - self._since >= self.sec.min_dwell_s and t_s - self._calm_since >= self.sec.min_dwell_s:
             self.active = False
+            scores = ", ".join(f"{_label(k)} {self.last[k]:.3g}" for k in CHECKS if self.enabled[k])
             return False, (f"leave fallback: scores below exit thresholds for {t_s - self._calm_since:g} s "
-                           f"(mahalanobis {mahalanobis:.3g}, disagreement {disagreement:.3g})")
+                           f"({scores or 'every check disabled'})")
         return True, None
 
     def force(self, t_s: float, reason: str) -> str | None:
@@ -172,3 +259,22 @@ class ConfidenceGate:
             return None
         self.active = True
         return "enter fallback: " + reason
+
+    def checks(self) -> dict:
+        """Each check: enabled, its thresholds and its last score (None: not computed)."""
+        out = {}
+        for k in CHECKS:
+            enter, exit_ = self.thresholds[k]
+            v = self.last[k]
+            out[k] = {"enabled": self.enabled[k], "enter": _num(enter), "exit": _num(exit_),
+                      "last": None if not math.isfinite(v) else float(v)}
+        out["mahalanobis"]["statistics"] = self.precision is not None
+        return out
+
+
+def _label(name: str) -> str:
+    return "inconsistency" if name == "consistency" else name
+
+
+def _num(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None

@@ -4,8 +4,15 @@ A rule (`dissolved_oxygen < 20 for 30 s`) trips when its condition has held cont
 `for_s` of simulated time, measured on the observations' sim time (so a rule behaves the same
 in real time and lockstep). After a trip the rule re-arms: if the condition still holds
 another `for_s` later, it trips again (a second rollback goes one known-good version further
-back; when none is left the baseline controller holds). A non-finite signal counts as the
-condition holding (a dead sensor is not a healthy one).
+back; when none is left the baseline controller holds).
+
+A rule whose signal is Bad (not finite, or Bad quality: the caller passes NaN for it) cannot
+be computed, and a safety check that cannot be computed counts as failed. `on_bad` says how:
+"trip" (default): the rule trips at once with its own action; "alarm" / "fallback": it trips
+at once with that action instead (a dead sensor says nothing against the policy, so rolling
+it back may be more than the operator wants); "condition": the Bad value counts as the
+condition holding (it trips after `for_s`). While the signal stays Bad the rule re-trips
+every `for_s`; when it is good again its condition timer starts afresh.
 """
 
 from __future__ import annotations
@@ -35,13 +42,30 @@ class Monitor:
             kind, idx = signal_index(spec, r.signal)
             self.rules.append((r, kind, idx))
         self._since: list[float | None] = [None] * len(self.rules)
+        self._bad_since: list[float | None] = [None] * len(self.rules)  # signal Bad since
+        self._bad_trip: list[float | None] = [None] * len(self.rules)  # last trip for Bad
         self.trips = 0
 
     def update(self, t_s: float, y: np.ndarray, u: np.ndarray) -> list[Trip]:
-        """Check every rule at sim time t_s; the trips of this observation."""
+        """Check every rule at sim time t_s (y: NaN where Bad); the trips of this observation."""
         out = []
         for i, (r, kind, idx) in enumerate(self.rules):
             v = float(u[idx] if kind == "u" else y[idx])
+            if not math.isfinite(v) and r.on_bad != "condition":
+                self._since[i] = None
+                if self._bad_since[i] is None:
+                    self._bad_since[i] = t_s
+                last = self._bad_trip[i]
+                if last is None or t_s - last >= r.for_s - 1e-9:
+                    self._bad_trip[i] = t_s
+                    self.trips += 1
+                    action = r.action if r.on_bad == "trip" else r.on_bad
+                    since = self._bad_since[i]
+                    out.append(Trip(r.name, action, t_s, since, v,
+                                    f"rule {r.name}: {r.signal} is Bad since t = {since:g} s (no valid measurement): "
+                                    f"a check that cannot be computed counts as tripped"))
+                continue
+            self._bad_since[i] = self._bad_trip[i] = None
             holds = (v < r.limit if r.op == "<" else v > r.limit) or not math.isfinite(v)
             if not holds:
                 self._since[i] = None
@@ -58,8 +82,10 @@ class Monitor:
         return out
 
     def holding(self) -> dict[str, float]:
-        """Rules whose condition holds now -> sim time it started."""
-        return {r.name: s for (r, _, _), s in zip(self.rules, self._since) if s is not None}
+        """Rules whose condition holds now, or whose signal is Bad -> sim time it started."""
+        out = {r.name: s for (r, _, _), s in zip(self.rules, self._since) if s is not None}
+        out.update({r.name: s for (r, _, _), s in zip(self.rules, self._bad_since) if s is not None})
+        return out
 
 
 class VersionKeeper:

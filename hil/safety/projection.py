@@ -2,13 +2,17 @@
 
 Envelope, per call:
 1. box: the spec's input bounds intersected with [safety.projection].box (hard);
-2. rate: [prev - rate * dt_s, prev + rate * dt_s] around the previous action;
+2. rate: [prev - rate * dt_s, prev + rate * dt_s] around the previous action (the wrapper
+   passes the APPLIED value from the observation and one loop step as dt_s);
 3. band: limited-autonomy envelope (baseline +/- max deviation, limited box), optional;
    intervals are intersected in this order of priority: when a later interval does not meet
    the current one, the current one collapses to its point nearest to it (the box always holds);
 4. state-dependent linear limits W a <= b(state), b = b0 + By @ y_meas + Bu @ u_applied,
    projected onto together with the box of steps 1-3: exactly for one limit (piecewise-linear
-   root of the multiplier), by Dykstra's alternating projections for several.
+   root of the multiplier), by Dykstra's alternating projections for several. Only the
+   signals with a non-zero coefficient enter b; a b that cannot be computed (one of them
+   Bad: NaN) is reported by `unknown_limits`, and the caller must not let the policy act
+   (fail closed): the fallback is then projected with `linear=False` (box, rate, band).
 
 The result minimises sum(((a - proposal) / span)^2) over the envelope, span = each input's
 physical range (so a W and an L/h count alike whatever their units). If the linear limits
@@ -125,9 +129,11 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
     for k in range(m):
         s = b0[k]
         for j in range(y.size):
-            s += By[k, j] * y[j]
+            if By[k, j] != 0.0:  # 0 * NaN is NaN: a Bad signal b does not use must not count
+                s += By[k, j] * y[j]
         for j in range(u.size):
-            s += Bu[k, j] * u[j]
+            if Bu[k, j] != 0.0:
+                s += Bu[k, j] * u[j]
         bvec[k] = s
     status = 0
     for i in range(n):
@@ -249,6 +255,10 @@ class Projector:
         self.scale = np.array([max(spec.quantity("inputs", a).high - spec.quantity("inputs", a).low, 1e-12)
                                for a in self.names])
         self.Wz = self.W * self.scale[None, :]
+        self._nolin = (np.zeros((0, n)), np.zeros(0), np.zeros((0, spec.n_outputs)), np.zeros((0, spec.n_inputs)),
+                       np.zeros(0))
+        self._uses_y = self.By != 0.0  # (m, n_outputs): which outputs each b reads
+        self._uses_u = self.Bu != 0.0
         self.max_iter = int(section.max_iter)
         self.out = np.zeros(n)
         self.lo_eff = np.zeros(n)
@@ -260,18 +270,35 @@ class Projector:
         self.no_band_hi = np.full(n, np.inf)
         self._nan = np.full(n, np.nan)
         self.infeasible = False
+        self._linear_used = True
 
-    def project(self, a, prev, dt_s, y, u, band_lo=None, band_hi=None) -> tuple[np.ndarray, list[Clip]]:
-        """(projected action, clips). prev=None or dt_s < 0: no rate limit. Returns a copy."""
+    def unknown_limits(self, y: np.ndarray, u: np.ndarray) -> list[str]:
+        """Names of the linear limits whose b(state) cannot be computed: a signal it reads
+        (non-zero coefficient) is not finite (Bad). Empty in the common case, cheaply."""
+        if not self.linear_names:
+            return []
+        bad_y = ~np.isfinite(y)
+        bad_u = ~np.isfinite(u)
+        if not (bad_y.any() or bad_u.any()):
+            return []
+        hit = (self._uses_y[:, bad_y].any(axis=1) | self._uses_u[:, bad_u].any(axis=1))
+        return [self.linear_names[k] for k in np.flatnonzero(hit)]
+
+    def project(self, a, prev, dt_s, y, u, band_lo=None, band_hi=None,
+                linear: bool = True) -> tuple[np.ndarray, list[Clip]]:
+        """(projected action, clips). prev=None or dt_s < 0: no rate limit. linear=False: box,
+        rate and band only (the linear limits cannot be computed). Returns a copy."""
         a = np.asarray(a, dtype=np.float64)
         if prev is None:
             prev, dt_s = self._nan, -1.0
+        Wz, b0, By, Bu, bvec = (self.Wz, self.b0, self.By, self.Bu, self.bvec) if linear else self._nolin
+        self._linear_used = linear
         status = project_kernel(
             a, prev, float(dt_s), y, u, self.lo, self.hi, self.rate,
             self.no_band_lo if band_lo is None else band_lo,
             self.no_band_hi if band_hi is None else band_hi,
-            self.Wz, self.b0, self.By, self.Bu, self.scale,
-            self.out, self.lo_eff, self.hi_eff, self.src, self.bvec, self.work, self.max_iter,
+            Wz, b0, By, Bu, self.scale,
+            self.out, self.lo_eff, self.hi_eff, self.src, bvec, self.work, self.max_iter,
         )
         self.infeasible = status == 2
         out = self.out.copy()
@@ -283,7 +310,7 @@ class Projector:
         n = len(self.names)
         clips: list[Clip] = []
         active = []
-        for k in range(self.W.shape[0]):
+        for k in range(self.W.shape[0] if self._linear_used else 0):
             if float(self.W[k] @ a) > self.bvec[k] and float(self.W[k] @ out) >= self.bvec[k] - 1e-6 * (1 + abs(self.bvec[k])):
                 active.append(k)
         for i in range(n):

@@ -13,11 +13,16 @@ operator) is immediate and may skip modes.
 
 KPIs (per observation samples):
     tracking_nrmse  sqrt(mean(((measurement - setpoint) / span)^2)) over the fallback's loops
-    fallback_rate   fraction of samples the confidence gate held the fallback
+    fallback_rate   fraction of the policy's proposals the wrapper refused as not confident
+                    (confidence gate held, or the linear limits could not be computed)
     silent_rate     fraction of samples the policy did not answer (in time, validly)
     clip_rate       fraction of the policy's proposals the projection clipped
     action_nrmse    sqrt(mean(((proposal - baseline) / span)^2)) over samples with a proposal
-    alarms          monitor trips
+    alarms          monitor trips and policy-lost alarms
+
+A KPI that cannot be computed over the window fails its threshold (fail closed): the rates
+over proposals and action_nrmse without any proposal in the window (nothing was gated, so a
+rate of 0 would prove nothing), tracking_nrmse when a loop's measurement was Bad in the window.
 """
 
 from __future__ import annotations
@@ -64,19 +69,30 @@ _THRESHOLDS = (
 
 
 def kpis_of(samples) -> dict:
+    """KPIs of a window of samples; NaN for a KPI that cannot be computed (see the module doc)."""
     n = len(samples)
     if n == 0:
         return {"samples": 0}
     with_prop = [s.action_sq for s in samples if not math.isnan(s.action_sq)]
+    answered = [s for s in samples if not s.silent]
+    tracking = sum(s.tracking_sq for s in samples) / n  # NaN if one sample's is
     return {
         "samples": n,
-        "tracking_nrmse": math.sqrt(sum(s.tracking_sq for s in samples) / n),
-        "fallback_rate": sum(s.fallback for s in samples) / n,
+        "tracking_nrmse": math.sqrt(tracking) if tracking >= 0 else math.nan,
+        "fallback_rate": sum(s.fallback for s in answered) / len(answered) if answered else math.nan,
         "silent_rate": sum(s.silent for s in samples) / n,
-        "clip_rate": sum(s.clipped for s in samples) / max(1, n - sum(s.silent for s in samples)),
+        "clip_rate": sum(s.clipped for s in answered) / len(answered) if answered else math.nan,
         "action_nrmse": math.sqrt(sum(with_prop) / len(with_prop)) if with_prop else math.nan,
         "alarms": sum(s.alarms for s in samples),
     }
+
+
+_UNKNOWN = {
+    "tracking_nrmse": "a fallback loop's measurement was Bad in the window",
+    "fallback_rate": "no proposals in the window: nothing was gated",
+    "clip_rate": "no proposals in the window",
+    "action_nrmse": "no proposals in the window",
+}
 
 
 class Rollout:
@@ -124,7 +140,7 @@ class Rollout:
             if limit is None or value is None:
                 continue
             if math.isnan(value):
-                res.reasons.append(f"{kpi} unknown (no proposals in the window)")
+                res.reasons.append(f"{kpi} unknown ({_UNKNOWN.get(kpi, 'cannot be computed')})")
             elif value > limit:
                 res.reasons.append(f"{kpi} {value:.4g} > {limit:g}")
         res.passed = not res.reasons

@@ -77,7 +77,8 @@ def test_full_mode_projects_the_policy_and_logs_every_clip():
 
 
 def test_limited_mode_keeps_the_policy_near_the_baseline():
-    core, log, _ = _core(changes={"safety": {"mode": "limited", "projection": {"rate": {}}}})
+    core, log, _ = _core(changes={"safety": {"mode": "limited", "projection": {
+        "rate": {"agitation_power": 1000.0, "base_flow": 1.0}}}})  # (rates too wide to bind)
     y, u = _obs()
     d = core.decide(0, 0.0, y, u, _prop(0, [0.0003, 40.0]))
     assert d.source == "policy"
@@ -124,7 +125,8 @@ def test_monitor_trip_rolls_back_demotes_and_says_why(tmp_path):
     core, log, _ = _core(changes={"safety": {"mode": "full"}}, version="v2", store=store)
     for k in range(40):
         y, u = _obs(do=15.0)
-        d = core.decide(k, float(k), y, u, _prop(k, [0.0003, 5.0], version="v2"))
+        # the policy process obeys the load command it gets at t = 30 s
+        d = core.decide(k, float(k), y, u, _prop(k, [0.0003, 5.0], version="v2" if k <= 30 else "v1"))
         if k == 30:
             assert d.command == "v1"
     assert core.version == "v1" and core.keeper.rolled_back == ["v2"]

@@ -55,7 +55,7 @@ def test_condition_must_hold_continuously_and_rule_rearms():
 
 
 def test_non_finite_signal_counts_as_holding_and_greater_than_rules():
-    assert len(_run(_monitor(), [float("nan")] * 31)) == 1
+    assert len(_run(_monitor(on_bad="condition"), [float("nan")] * 31)) == 1
     mon = _monitor(op=">", limit=60.0, for_s=0.0)
     assert len(_run(mon, [50.0, 61.0])) == 1
 

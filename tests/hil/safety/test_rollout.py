@@ -32,7 +32,7 @@ def test_kpis_of_a_window():
     k = kpis_of(samples)
     assert k["samples"] == 10 and k["alarms"] == 1
     assert k["tracking_nrmse"] == pytest.approx(0.2)
-    assert k["fallback_rate"] == pytest.approx(0.2)
+    assert k["fallback_rate"] == pytest.approx(2 / 9)  # refused proposals / proposals
     assert k["silent_rate"] == pytest.approx(0.1)
     assert k["clip_rate"] == pytest.approx(4 / 9)  # clipped proposals / proposals
     assert k["action_nrmse"] == pytest.approx(0.1)
