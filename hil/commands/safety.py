@@ -71,18 +71,45 @@ def status_cmd(config, as_json, timeout) -> None:
     if as_json:
         click.echo(json.dumps(st))
         return
+    for line in status_lines(st):
+        click.echo(line)
+
+
+def status_lines(st: dict) -> list[str]:
+    """The human form of a safety status (SafetyCore.status plus the process's counters)."""
+    out = []
     fb = st["fallback"]
-    click.echo(f"mode {st['mode']}  policy {st['version']}  acting: {st['source']}  t_sim {st['t_s']}")
-    click.echo(f"fallback {'ACTIVE' if fb['active'] else 'off'} ({fb['reason'] or '-'}), mahalanobis "
-               f"{fb['mahalanobis']}, disagreement {fb['disagreement']}; policy silent: {st['policy_silent']}")
-    click.echo(f"alarms {st['alarm_count']}; rolled back: {', '.join(st['rolled_back']) or '-'}")
+    out.append(f"mode {st['mode']}  policy {st['version']}  acting: {st['source']}  t_sim {st['t_s']}")
+    pol = st.get("policy") or {}
+    state = pol.get("state", "silent" if st.get("policy_silent") else "ok")
+    if state == "lost":
+        state = (f"LOST since t = {pol['lost_since_t_s']:g} s (last valid proposal at t = "
+                 f"{pol['last_answer_t_s']:g} s; lost after {pol['lost_after_s']:g} s of silence)")
+    elif state == "none":
+        state = "none may act (every version rolled back)"
+    out.append(f"policy: {state}; lost {len(pol.get('losses', []))} time(s) in this run")
+    out.append(f"fallback {'ACTIVE' if fb['active'] else 'off'} ({fb['reason'] or '-'})")
+    for name, chk in (fb.get("checks") or {}).items():
+        if not chk["enabled"]:
+            out.append(f"  check {name}: DISABLED in [safety.confidence] (not gated)")
+            continue
+        extra = "" if chk.get("statistics", True) else " (no training statistics: cannot be computed, fails closed)"
+        limits = f"enter > {chk['enter']}, exit <= {chk['exit']}" if chk["enter"] is not None else "no threshold"
+        out.append(f"  check {name}: enabled, last {chk['last'] if chk['last'] is not None else '-'} "
+                   f"({limits}){extra}")
+    if st.get("bad_signals"):
+        out.append(f"Bad signals: {', '.join(st['bad_signals'])}")
+    if st.get("applied_overrides"):
+        out.append(f"actuators moved by someone else (baseline follows): {', '.join(st['applied_overrides'])}")
+    out.append(f"alarms {st['alarm_count']}; rolled back: {', '.join(st['rolled_back']) or '-'}")
     for a in st["alarms"]:
-        click.echo(f"  ALARM t={a['t_s']:g} s {a['message']}")
+        out.append(f"  ALARM t={a['t_s']:g} s {a['message']}")
     gate = st["gate"]
     verdict = "passes" if gate["passed"] else "refuses: " + "; ".join(gate["reasons"])
-    click.echo(f"gate {gate['mode']} -> {gate['target']}: {verdict}")
+    out.append(f"gate {gate['mode']} -> {gate['target']}: {verdict}")
     c = st["counters"]
-    click.echo("counters " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
+    out.append("counters " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
+    return out
 
 
 @command.command("promote")

@@ -62,3 +62,41 @@ def test_shadowing_a_plc_driven_input_is_limited_to_shadow_and_advisory():
     sc = scenario(merge_changes(watch, {"safety": {"rollout": {"max_mode": "advisory"}}}),
                   drop=("bus.fallback_action",))
     assert sc.safety.rollout.max_mode == "advisory"
+
+
+def test_the_loops_own_fallback_action_must_lie_inside_the_safety_envelope():
+    with pytest.raises(ConfigError) as exc:
+        scenario({"bus": {"fallback_action": {"agitation_power": 90.0}}})
+    assert exc.value.problems == [
+        ("bus.fallback_action.agitation_power", "90 W is outside the safety box [0, 80] W (safety.projection.box)"),
+        ("bus.fallback_action.agitation_power", "the loop's fallback action violates linear limit 'shear' at the "
+                                                "initial state: 1 * agitation_power = 90 > b = 60")]
+    # inside the box, but over the shear limit at the initial state (0.6 W/L * 100 L)
+    p = _problems({"bus": {"fallback_action": {"agitation_power": 70.0}},
+                   "safety": {"projection": {"box": {"agitation_power": [0.0, 100.0]}}}})
+    assert p["bus.fallback_action.agitation_power"] == (
+        "the loop's fallback action violates linear limit 'shear' at the initial state: "
+        "1 * agitation_power = 70 > b = 60")
+    # a derived fallback (the input's configured value) is checked too, and says where it comes from
+    with pytest.raises(ConfigError) as exc:
+        scenario({"inputs": {"agitation_power": {"value": 85.0}}}, drop=("bus.fallback_action",))
+    assert ("bus.fallback_action.agitation_power", "85 W (from inputs.agitation_power.value) is outside the safety "
+            "box [0, 80] W (safety.projection.box)") in exc.value.problems
+    # limited autonomy reachable: its tighter box holds the loop's fallback too
+    p = _problems({"safety": {"rollout": {"limited_box": {"agitation_power": [5.0, 25.0]}}}})
+    assert "outside the limited-autonomy box [5, 25] W" in p["bus.fallback_action.agitation_power"]
+    sc = scenario({"safety": {"rollout": {"limited_box": {"agitation_power": [5.0, 25.0]}, "max_mode": "advisory"}}})
+    assert sc.bus.fallback_action["agitation_power"] == 30.0  # limited never reached: fine
+
+
+def test_fault_handling_keys():
+    p = _problems({"safety": {"fallback": {"on_bad": "safe", "safe_output": {"agitation_power": 95.0,
+                                                                                "feed_rate": 0.1}}}})
+    assert "outside the loop's output range [0.0, 80.0] W" in p["safety.fallback.safe_output.agitation_power"]
+    assert "not the input of a fallback loop" in p["safety.fallback.safe_output.feed_rate"]
+    assert "'safe' needs safety.fallback.safe_output.base_flow" in p["safety.fallback.loops[1].on_bad"]
+    p = _problems({"safety": {"confidence": {"mahalanobis": False, "disagreement": False, "consistency": False}}})
+    assert "nothing is gated" in p["safety.rollout.gates.shadow.max_fallback_rate"]
+    p = _problems({"safety": {"policy_lost_after_s": 0.0, "monitor": {"rules": [
+        {"name": "x", "signal": "ph", "op": ">", "limit": 6.0, "on_bad": "ignore"}]}}})
+    assert "safety.policy_lost_after_s" in p and "safety.monitor.rules[0].on_bad" in p

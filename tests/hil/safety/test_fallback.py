@@ -118,3 +118,92 @@ def test_minimum_dwell_holds_even_when_calm_at_once():
     for k in range(1, 21):
         assert g.update(float(k), 1.0, 0.0)[0]
     assert not g.update(21.0, 1.0, 0.0)[0]  # 21 s in fallback and 20 s calm
+
+
+def test_every_check_fails_closed_unless_disabled():
+    g = _gate()
+    active, tr = g.update(0.0, math.nan, 0.0, 0.0, {"mahalanobis": "no training statistics for x"})
+    assert active and tr == "enter fallback: mahalanobis cannot be computed (no training statistics for x): not confident"
+    g = _gate()
+    assert g.update(0.0, 1.0, math.nan, 0.0)[0]  # fewer than 2 members
+    g = _gate()
+    assert g.update(0.0, 1.0, 0.0, math.nan)[0]  # no members
+    # None: not applicable this step (no proposal): neither trips nor disturbs the calm
+    g = _gate()
+    assert not g.update(0.0, 1.0, None, None)[0]
+    # disabled by the operator: not a reason, whatever the score
+    g = _gate(mahalanobis=False, disagreement=False, consistency=False)
+    assert not g.update(0.0, math.nan, math.nan, math.nan)[0]
+    assert {k: v["enabled"] for k, v in g.checks().items()} == {
+        "mahalanobis": False, "disagreement": False, "consistency": False}
+
+
+def test_a_gate_that_cannot_compute_its_score_never_counts_as_calm():
+    g = _gate(min_dwell_s=5.0)
+    g.update(0.0, 7.0, 0.0, 0.0)  # enters
+    for k in range(1, 30):
+        assert g.update(float(k), math.nan, 0.0, 0.0)[0]  # never leaves on an unknown score
+    for k in range(30, 36):
+        g.update(float(k), 1.0, 0.0, 0.0)
+    assert not g.active
+
+
+def test_inconsistency_is_the_distance_outside_the_members_hull():
+    g = _gate()
+    members = np.array([[0.001, 10.0], [0.003, 12.0]])
+    assert g.inconsistency(np.array([0.002, 11.0]), members) == 0.0  # inside
+    assert g.inconsistency(np.array([0.002, 15.0]), members) == pytest.approx(0.03)  # 3 W / 100 W
+    assert g.inconsistency(np.array([0.0005, 11.0]), members) == pytest.approx(0.05)  # 0.0005 / 0.01
+    assert math.isnan(g.inconsistency(np.array([0.002, 11.0]), np.zeros((0, 2))))
+    active, tr = g.update(0.0, 1.0, 0.0, 0.03)
+    assert active and "inconsistency 0.03 > 0.01" in tr
+
+
+def _controller(**fallback):
+    sc = scenario({"safety": {"fallback": fallback}})
+    return FallbackController(sc.safety.fallback, SPEC, ["base_flow", "agitation_power"])
+
+
+def _y(do, ph=5.0):
+    y, u = SPEC.nominal("outputs"), SPEC.nominal("inputs")
+    y[SPEC.index("outputs", "dissolved_oxygen")] = do
+    y[SPEC.index("outputs", "ph")] = ph
+    return y, u
+
+
+def test_hold_on_a_bad_measurement_freezes_the_integral_no_windup():
+    base = _controller()
+    for _ in range(10):
+        out = base.update(*_y(35.0), 1.0)  # error +5 %: the integral winds up
+    held = out[1]
+    for _ in range(500):  # 500 s of a dead DO probe
+        assert base.update(*_y(math.nan), 1.0)[1] == held
+    # back: one step of integral at the new error, the P term of the new error, no D kick
+    integral = base.loops[0][1].integral  # the DO loop
+    assert integral == pytest.approx(10 * 0.02 * 5.0)  # 10 s at +5 %, nothing during the 500 s
+    out = base.update(*_y(38.0), 1.0)
+    assert out[1] == pytest.approx(13.0 + 1.0 * 2.0 + integral + 0.02 * 2.0 * 1.0)
+
+
+def test_safe_output_on_a_bad_measurement_and_bumpless_return():
+    base = _controller(loops=[{"input": "agitation_power", "measurement": "dissolved_oxygen", "setpoint": 40.0,
+                               "kp": 1.0, "ki": 0.02, "bias": 13.0, "out_min": 0.0, "out_max": 80.0,
+                               "on_bad": "safe"},
+                              {"input": "base_flow", "measurement": "ph", "setpoint": 5.0, "kp": 0.02}],
+                       safe_output={"agitation_power": 30.0})
+    base.update(*_y(40.0), 1.0)
+    assert base.update(*_y(math.nan), 1.0)[1] == 30.0
+    base.track(np.array([0.0, 17.0]), *_y(math.nan))  # ramping there: 17 W applied
+    assert base.update(*_y(math.nan), 1.0)[1] == 30.0
+    base.track(np.array([0.0, 19.0]), *_y(math.nan))
+    out = base.update(*_y(40.0), 1.0)  # good again at zero error: continues from 19 W
+    assert out[1] == pytest.approx(19.0)
+
+
+def test_follow_makes_the_baseline_continue_from_the_applied_value():
+    base = _controller()
+    base.update(*_y(41.0), 0.0)
+    base.update(*_y(41.0), 1.0)
+    base.follow(np.array([0.0003, 30.0]), np.array([False, True]), *_y(41.0))
+    out = base.update(*_y(41.0), 1.0)
+    assert out[1] == pytest.approx(30.0 + 0.02 * -1.0 * 1.0)  # same error: + one step of integral

@@ -99,3 +99,22 @@ def test_versions_order_numerically_and_bad_meta_is_refused(tmp_path):
         store.meta("v3")
     with pytest.raises(ValueError, match="no policy version 'v99'"):
         store.resolve("v99")
+
+
+def test_a_bad_signal_trips_at_once_with_the_rules_action_and_rearms_every_for_s():
+    nan = float("nan")
+    trips = _run(_monitor(), [25.0] * 3 + [nan] * 65 + [25.0] * 5 + [19.0] * 3)
+    assert [(t.t_s, t.action) for t in trips] == [(3.0, "rollback"), (33.0, "rollback"), (63.0, "rollback")]
+    assert "dissolved_oxygen is Bad since t = 3 s" in trips[0].message and trips[2].since_s == 3.0
+    # a dead probe need not roll the policy back: trip with another action
+    trips = _run(_monitor(on_bad="fallback"), [nan])
+    assert [t.action for t in trips] == ["fallback"]
+    assert [t.action for t in _run(_monitor(on_bad="alarm"), [nan])] == ["alarm"]
+    # "condition": Bad counts as the condition holding (trips after for_s)
+    assert [t.t_s for t in _run(_monitor(on_bad="condition"), [nan] * 40)] == [30.0]
+
+
+def test_holding_lists_rules_whose_signal_is_bad():
+    mon = _monitor()
+    _run(mon, [25.0, float("nan"), float("nan")])
+    assert mon.holding() == {"do_low": 1.0}

@@ -142,3 +142,19 @@ def test_infeasible_limits_are_flagged_and_the_box_still_holds():
     assert p.infeasible
     assert out[1] == 0.0  # the box point nearest to the limit
     assert "infeasible" in reasons(clips)["agitation_power"]
+
+
+def test_a_limit_whose_b_cannot_be_computed_is_reported_and_can_be_left_out():
+    p = proj(linear=[{"name": "shear", "w": {"agitation_power": 1.0}, "b": {"volume": 0.6}},
+                     {"name": "fixed", "w": {"agitation_power": 1.0}, "b0": 90.0}],
+             rate={"agitation_power": 2.0})
+    y = Y.copy()
+    assert p.unknown_limits(y, U) == []
+    y[SPEC.index("outputs", "co2")] = np.nan  # read by no limit: 0 * NaN must not poison b
+    assert p.unknown_limits(y, U) == []
+    out, clips = p.project(np.array([0.001, 70.0]), None, -1.0, y, U)
+    assert out[1] == pytest.approx(60.0) and reasons(clips) == {"agitation_power": "linear:shear"}
+    y[SPEC.index("outputs", "volume")] = np.nan
+    assert p.unknown_limits(y, U) == ["shear"]
+    out, clips = p.project(np.array([0.001, 70.0]), np.array([0.001, 65.0]), 1.0, y, U, linear=False)
+    assert out[1] == pytest.approx(67.0) and reasons(clips) == {"agitation_power": "rate_high"}  # box, rate only

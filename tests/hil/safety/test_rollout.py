@@ -93,3 +93,19 @@ def test_no_gate_no_promotion_and_demotion_only_lowers():
     ro = _ro(mode="full")
     assert ro.demote(5.0, "advisory", "monitor trip") and ro.mode == "advisory"
     assert not ro.demote(6.0, "limited", "x") and ro.mode == "advisory"
+
+
+def test_kpis_that_cannot_be_computed_fail_the_gate():
+    ro = Rollout(RolloutSection(gates={"shadow": {"window_s": 10.0, "max_fallback_rate": 0.1, "max_clip_rate": 0.5,
+                                                  "max_tracking_nrmse": 0.1, "max_alarms": None}}), "shadow")
+    _feed(ro, 0.0, 20.0, silent=True, action_sq=math.nan)  # nothing was gated
+    res = ro.evaluate(20.0)
+    assert not res.passed and math.isnan(res.kpis["fallback_rate"]) and math.isnan(res.kpis["clip_rate"])
+    assert "fallback_rate unknown (no proposals in the window: nothing was gated)" in res.reasons
+    ro = Rollout(ro.sec, "shadow")
+    _feed(ro, 0.0, 20.0)
+    _feed(ro, 21.0, 21.0, tracking_sq=math.nan)  # a Bad measurement in the window
+    res = ro.evaluate(21.0)
+    assert res.reasons == ["tracking_nrmse unknown (a fallback loop's measurement was Bad in the window)"]
+    _feed(ro, 22.0, 32.0)
+    assert ro.evaluate(32.0).passed  # out of the window
