@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 from hil.policy.features import FeatureMap
 from hil.safety.config import LOST_AFTER_STEPS, MODES
@@ -52,6 +52,24 @@ from hil.safety.rollout import KpiSample, Rollout
 
 QUALITY_BAD = 2  # per-output quality codes: 0 Good, 1 Uncertain, 2 Bad
 RECENT_DECISIONS = 16  # decisions that may still be in flight to the actuators
+
+
+@njit(cache=True, nogil=True)
+def _unmatched(ring, applied, out):
+    """out[k] = no row of ring (recent decisions; NaN rows: none yet) holds applied[k], within
+    1e-9 relative. Returns the number of unmatched components."""
+    r, n = ring.shape
+    count = 0
+    for k in range(n):
+        tol = 1e-9 * (1.0 + abs(applied[k]))
+        hit = False
+        for i in range(r):
+            if abs(ring[i, k] - applied[k]) <= tol:
+                hit = True
+                break
+        out[k] = not hit
+        count += not hit
+    return count
 
 
 @dataclass
@@ -96,7 +114,12 @@ class SafetyCore:
         self.features: FeatureMap | None = None
         self._stats_why = "no training statistics"
         self._use_version(version)
-        self.recent: deque[np.ndarray] = deque(maxlen=RECENT_DECISIONS)  # decided actions, newest last
+        self._ring = np.full((RECENT_DECISIONS, len(self.names)), np.nan)  # recent decided actions
+        self._ring_i = 0
+        self._override = np.zeros(len(self.names), dtype=np.bool_)
+        # compile (or load from Numba's cache) the core's own kernels before anyone waits on them
+        _unmatched(self._ring, np.zeros(len(self.names)), self._override)
+        self.gate.inconsistency(np.zeros(len(self.names)), np.zeros((1, len(self.names))))
         self.last_t: float | None = None
         self.last_step = -1
         self.silent = False
@@ -153,6 +176,8 @@ class SafetyCore:
     # ---- the decision ----
     def _quality(self, y: np.ndarray, q) -> tuple[np.ndarray, np.ndarray | None]:
         """(y with NaN for every Bad output, bool mask of the Bad ones or None if none)."""
+        if q is None and math.isfinite(float(np.add.reduce(y))):  # fast path: a sum of finite values
+            return y, None  # (one that overflows takes the element-wise path, same answer)
         bad = ~np.isfinite(y)
         if q is not None:
             bad |= np.asarray(q) >= QUALITY_BAD
@@ -186,13 +211,13 @@ class SafetyCore:
 
         # 1. baseline: follow the actuators where they carry what the wrapper did not decide
         applied = u[self.action_index]
-        override = self._overridden(applied)
+        override = self._override if _unmatched(self._ring, applied, self._override) else None
         if override is not None:
             c["applied_overrides"] += 1
             self.baseline.follow(applied, override, y, u)
         names = [] if override is None else [self.names[i] for i in np.flatnonzero(override)]
         if names != self.overridden:
-            if names and self.recent:
+            if names and self.c["decisions"]:
                 self.log({**rec_base, "event": "applied_override", "inputs": names, "applied": _r(applied),
                           "reason": f"applied {', '.join(names)} differ from every recent decision (loop watchdog, "
                                     "actuator gap or another writer): the baseline and the rate limit follow them"})
@@ -222,21 +247,9 @@ class SafetyCore:
             maha_why = "a feature is Bad: " + (", ".join(bad_names) or "not finite")
         else:
             maha_why = ""
-        unknown = self.projector.unknown_limits(y, u)
+        # (u, the applied inputs, is finite by contract: only a Bad output can make b unknown)
+        unknown = self.projector.unknown_limits(y, u) if bad is not None else []
         self._prepared = (step, t_s, y_in, u, y, base, trips, maha, maha_why, unknown)
-
-    def _overridden(self, applied: np.ndarray) -> np.ndarray | None:
-        """Per action: the applied value matches none of the recent decisions (which may still be
-        in flight under latency), so someone else moved the actuator. None if all match."""
-        if not self.recent:
-            return np.ones(applied.size, dtype=bool)
-        match = np.zeros(applied.size, dtype=bool)
-        tol = 1e-9 * (1.0 + np.abs(applied))
-        for a in reversed(self.recent):
-            match |= np.abs(applied - a) <= tol
-            if match.all():
-                return None
-        return ~match
 
     def _alarm(self, t_s: float, step: int, rule: str, message: str) -> None:
         self.c["alarms"] += 1
@@ -323,9 +336,10 @@ class SafetyCore:
             members = proposal.payload["members"]
             dis = self.gate.disagreement(members)
             inc = self.gate.inconsistency(prop_a, members)
-            n_m = 0 if members is None else members.shape[0]
-            why["disagreement"] = f"{n_m} member(s), at least 2 needed"
-            why["consistency"] = "the proposal carries no members"
+            if math.isnan(dis) or math.isnan(inc):
+                n_m = 0 if members is None else members.shape[0]
+                why["disagreement"] = f"{n_m} member(s), at least 2 needed"
+                why["consistency"] = "the proposal carries no members"
         active, transition = self.gate.update(t_s, maha, dis, inc, why)
         if transition:
             if active:
@@ -365,7 +379,8 @@ class SafetyCore:
                       f"{', '.join(self.bad_signals) or 'non-finite input'}); the policy may not act, the baseline "
                       "is projected on box and rate only")
         infeasible = self.projector.infeasible
-        self.recent.append(final)
+        self._ring[self._ring_i] = final  # (a decision still in flight is not an override)
+        self._ring_i = (self._ring_i + 1) % RECENT_DECISIONS
         command, self._want_command = self._want_command, None
         if command is not None:
             self._command_t = t_s

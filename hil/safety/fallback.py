@@ -137,6 +137,28 @@ def _max_scaled_std(members, inv_scale2):
     return np.sqrt(best)
 
 
+@njit(cache=True, nogil=True)
+def _max_outside_hull(a, members, inv_scale):
+    """max over columns k of max(0, min(members[:, k]) - a[k], a[k] - max(members[:, k])) * inv_scale[k]."""
+    m, n = members.shape
+    best = 0.0
+    for k in range(n):
+        lo = members[0, k]
+        hi = members[0, k]
+        for i in range(1, m):
+            v = members[i, k]
+            if v < lo or v != v:
+                lo = v
+            if v > hi or v != v:
+                hi = v
+        d = max(lo - a[k], a[k] - hi, 0.0) * inv_scale[k]
+        if lo != lo or hi != hi or a[k] != a[k]:
+            return np.nan
+        if d > best:
+            best = d
+    return best
+
+
 class ConfidenceGate:
     def __init__(self, section, spec, action_names: list[str]):
         self.sec = section
@@ -203,8 +225,7 @@ class ConfidenceGate:
         members = np.asarray(members, dtype=np.float64)
         if members.ndim != 2 or members.shape[1] != self._inv_scale.size:
             raise ValueError(f"members of shape {members.shape}, expected (M, {self._inv_scale.size})")
-        out = np.maximum(np.maximum(members.min(axis=0) - a, a - members.max(axis=0)), 0.0) * self._inv_scale
-        return float(out.max())  # NaN propagates
+        return float(_max_outside_hull(np.asarray(a, dtype=np.float64), members, self._inv_scale))
 
     def update(self, t_s: float, mahalanobis: float, disagreement: float | None = None,
                inconsistency: float | None = None, why: dict[str, str] | None = None) -> tuple[bool, str | None]:
