@@ -413,7 +413,7 @@ class SafetyCore:
         else:
             dev = (prop_a - base) / self.span
             action_sq = float(dev @ dev) / dev.size
-        refused = self.gate.active or source == "baseline:limits_unknown"
+        refused = self.gate.active or reason is not None  # (reason: the linear limits cannot be computed)
         self.rollout.record(KpiSample(t_s, self.baseline.tracking_sq(y, u), refused, prop_a is None,
                                       bool(clips_p), action_sq, len(trips) + lost_alarms))
         rec_base = {"t_s": t_s, "step": step}
