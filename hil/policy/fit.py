@@ -101,14 +101,12 @@ def simulate(scenario, *, episodes: int, seconds: float, seed: int, spread: floa
     at `perturb_rate_per_s`, offsets of std `perturb` x span held 10-60 s. Larger excursions
     widen the data but reach the PID's anti-windup kinks, which a small ensemble imitates
     poorly (closed-loop tracking suffers): off by default."""
-    from hil.safety.config import FallbackSection
-
     sc = scenario
     rng = np.random.default_rng(seed)
     fb_sec = sc.safety.fallback
-    if setpoints:
-        fb_sec = FallbackSection(loops=[lp.model_copy(update={"setpoint": setpoints.get(lp.input, lp.setpoint)})
-                                        for lp in fb_sec.loops], fixed=fb_sec.fixed)
+    if setpoints:  # (a copy keeps every other key of the section: on_bad, safe_output, ...)
+        fb_sec = fb_sec.model_copy(update={"loops": [
+            lp.model_copy(update={"setpoint": setpoints.get(lp.input, lp.setpoint)}) for lp in fb_sec.loops]})
     Xs, As, tracking = [], [], []
     n_steps = int(round(seconds / sc.loop.step_s))
     for ep in range(episodes):
