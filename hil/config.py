@@ -15,10 +15,11 @@ Models are frozen pydantic models: hashable, picklable into worker processes.
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -60,8 +61,16 @@ class LoopSection(StrictModel):
     )
     duration_s: float = Field(gt=0, description="simulated seconds to run")
     seed: int = Field(default=0, ge=0, description="seed of every random stream")
-    priority: int = Field(default=0, ge=0, le=99, description="SCHED_FIFO priority, 0 = normal")
-    cpu: int = Field(default=-1, ge=-1, description="CPU to pin the loop to, -1 = none")
+    priority: Annotated[int, Field(ge=0, le=99)] | Literal["auto"] = Field(
+        default="auto",
+        description="SCHED_FIFO priority 1..99, 0 = normal scheduling, 'auto' = SCHED_FIFO 80 where "
+        "permitted, else normal with one warning (hil.rt.apply_loop_scheduling)",
+    )
+    cpu: Annotated[int, Field(ge=-1)] | Literal["auto"] = Field(
+        default="auto",
+        description="CPU to pin the loop to (helpers kept off it), -1 = none, 'auto' = the last CPU "
+        "when SCHED_FIFO was obtained and there are two or more",
+    )
     spin_us: float = Field(
         default=200.0, ge=0, le=100_000, description="busy-wait before each deadline (us)"
     )
@@ -69,6 +78,24 @@ class LoopSection(StrictModel):
     overrun: Literal["skip"] = Field(
         default="skip", description="late step: run it now, then skip missed deadlines"
     )
+
+    @field_validator("priority", "cpu", mode="before")
+    @classmethod
+    def _int_or_auto(cls, v, info):
+        if v == "auto":
+            return v
+        lo, hi = (0, 99) if info.field_name == "priority" else (-1, 4095)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"expected \"auto\" or an integer {lo}..{hi}")
+        return v
+
+    @field_validator("duration_s")
+    @classmethod
+    def _at_least_one_step(cls, v: float, info) -> float:
+        step_s = info.data.get("step_s")
+        if step_s is not None and v < step_s * (1 - 1e-9):
+            raise ValueError(f"{v:g} s is shorter than one step (step_s = {step_s:g} s): the run would do nothing")
+        return v
 
     @property
     def period_s(self) -> float:
@@ -163,23 +190,104 @@ def _problems(exc: ValidationError, prefix: tuple = ()) -> list[tuple[str, str]]
     return [(_format_loc(prefix + tuple(e["loc"])), _reason(e)) for e in exc.errors()]
 
 
+# ---- paths: one rule ----
+#
+# Every relative path IN a scenario file resolves against the directory of that file (so a
+# scenario loads the same from any working directory); a path given on the command line
+# (`--set recording.path=...`, `--record`, `--out`) resolves against the working directory,
+# as any command-line path does. Scenarios built in code (`parse_scenario(data)` without
+# base_dir) keep their paths as given (relative to the cwd). Defaults count as written in the
+# file: `recording.path` "runs/{scenario}-{timestamp}" lands beside the scenario file.
+# PATH_KEYS lists every such key ("*" = any table key); a section adding a path adds it here.
+PATH_KEYS: tuple[str, ...] = (
+    "recording.path",
+    "modbus.request_log", "modbus.client_stats",
+    "opcua.security.certificate", "opcua.security.private_key", "opcua.security.trusted_clients_dir",
+    "softplc.record",
+    "bus.ipc_dir",
+    "policy.directory", "policy.onnx",
+    "safety.decision_log", "safety.status_path",
+    "gaps.latency.observation.*.file", "gaps.latency.actuation.*.file", "gaps.randomize.table.file",
+)
+TEMPLATE_KEYS = frozenset({"recording.path", "safety.decision_log"})  # str.format templates
+
+
+def resolve_against(path: str, base_dir: str | Path | None, template: bool = False) -> str:
+    """`path` made absolute against `base_dir` (unchanged if absolute, empty or base_dir is None);
+    `~` is expanded. In a str.format template, braces of base_dir are escaped."""
+    if not path or base_dir is None:
+        return path
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(p)
+    base = str(Path(base_dir).resolve())
+    if template:
+        base = base.replace("{", "{{").replace("}", "}}")
+    return os.path.normpath(os.path.join(base, p))
+
+
 def resolve_path(path: str, scenario_path: str | None = None) -> Path:
-    """A config path: absolute, else relative to the cwd if it exists there, else to the scenario file."""
-    p = Path(path)
-    if p.is_absolute() or p.exists() or not scenario_path:
-        return p
-    alt = Path(scenario_path).resolve().parent / p
-    return alt if alt.exists() else p
+    """A path from a scenario: absolute as is, relative against the scenario file's directory
+    (the cwd when there is no scenario file)."""
+    base = None if not scenario_path else Path(scenario_path).resolve().parent
+    return Path(resolve_against(str(path), base))
 
 
 def resolve_path_field(value: str | None, info) -> str | None:
-    """Field validator body for file paths: resolved against the scenario file being read
-    (pydantic validation context {"scenario_path": ...}), so a scenario may name its data
+    """Field validator body for file paths: resolved against the directory of the scenario
+    being read (pydantic validation context {"base_dir": ...}), so a scenario names its data
     files relative to itself."""
     if value is None:
         return None
     context = info.context or {}
-    return str(resolve_path(value, context.get("scenario_path")))
+    return resolve_against(value, context.get("base_dir"))
+
+
+def _child(node, key):
+    return node.get(key) if isinstance(node, dict) else getattr(node, key, None)
+
+
+def _concrete_keys(node, parts: list[str], done: tuple = ()):
+    """Concrete key tuples matching `parts` ("*" = every key of a table) that hold a value."""
+    if node is None:
+        return
+    if not parts:
+        yield done
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        keys = list(node) if isinstance(node, dict) else []
+    else:
+        keys = [head]
+    for k in keys:
+        yield from _concrete_keys(_child(node, k), rest, done + (k,))
+
+
+def _replace(node, keys: tuple, value):
+    """Copy of `node` (dicts / frozen models) with the value at `keys` replaced."""
+    if not keys:
+        return value
+    head = keys[0]
+    new = _replace(_child(node, head), keys[1:], value)
+    if isinstance(node, dict):
+        return {**node, head: new}
+    return node.model_copy(update={head: new})
+
+
+def resolve_scenario_paths(node, base_dir: str | Path | None):
+    """`node` (a raw scenario dict or a Scenario) with every PATH_KEYS value resolved against base_dir."""
+    if base_dir is None:
+        return node
+    for pattern in PATH_KEYS:
+        for keys in list(_concrete_keys(node, pattern.split("."))):
+            value = node
+            for k in keys:
+                value = _child(value, k)
+            if isinstance(value, str) and value:
+                resolved = resolve_against(value, base_dir, template=pattern in TEMPLATE_KEYS)
+                if resolved != value:
+                    node = _replace(node, keys, resolved)
+    return node
 
 
 def outside_bounds(value: float, q) -> str | None:
@@ -232,12 +340,16 @@ def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
     return problems
 
 
-def parse_scenario(data: dict, source: str | None = None) -> Scenario:
-    """Validate a scenario given as a dict (as read from TOML). Raises ConfigError."""
+def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Path | None = None) -> Scenario:
+    """Validate a scenario given as a dict (as read from TOML). Raises ConfigError.
+
+    base_dir: the scenario file's directory; relative paths (PATH_KEYS) resolve against it.
+    None: paths are kept as given."""
     from plants.base import load_plant_module
 
     if not isinstance(data, dict):
         raise ConfigError("", "a scenario is a table of sections", source=source)
+    data = resolve_scenario_paths(data, base_dir)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -250,12 +362,12 @@ def parse_scenario(data: dict, source: str | None = None) -> Scenario:
             continue
         model = _optional_section(module, cls_name)
         try:
-            sections[key] = model.model_validate(raw, context={"scenario_path": source})
+            sections[key] = model.model_validate(raw, context={"base_dir": base_dir})
         except ValidationError as exc:
             problems += _problems(exc, (key,))
     if problems:
         raise ConfigError("", problems=problems, source=source)
-    sc = sc.model_copy(update=sections)
+    sc = resolve_scenario_paths(sc.model_copy(update=sections), base_dir)  # defaults too
     try:
         spec = load_plant_module(sc.plant.model).SPEC
     except ValueError as exc:
@@ -271,7 +383,8 @@ def parse_scenario(data: dict, source: str | None = None) -> Scenario:
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
-    """Read and validate a scenario TOML file; `overrides` (nested dict) are merged in first."""
+    """Read and validate a scenario TOML file; `overrides` (nested dict, e.g. from --set) are merged in
+    first. Relative paths: the file's against its directory, the overrides' against the cwd."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -281,8 +394,9 @@ def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
-    _deep_merge(data, overrides or {})
-    return parse_scenario(data, source=str(path))
+    # command-line values: relative to the cwd; then the file's: relative to the file
+    _deep_merge(data, resolve_scenario_paths(overrides or {}, Path.cwd()))
+    return parse_scenario(data, source=str(path), base_dir=path.resolve().parent)
 
 
 def _deep_merge(base: dict, over: dict) -> None:

@@ -132,3 +132,95 @@ def test_servers_do_not_outlive_a_killed_loop(tmp_path):
             pass
         for path in glob.glob(f"/dev/shm/hil_{proc.pid}_*"):
             os.unlink(path)
+
+
+# ---- a port already in use (issue 9): checked before anything starts ----
+
+def _session_processes(sid: int) -> list:
+    """Processes still alive in session `sid` (the hil run and everything it started)."""
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.info)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    return left
+
+
+def _run_in_session(args: list[str], timeout: float = 90, prefix: list[str] | None = None):
+    proc = subprocess.Popen((prefix or HIL) + args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"hil run did not exit within {timeout} s: {err[-2000:]}")
+    return proc, out, err
+
+
+def _leftovers(proc, rec: Path) -> dict:
+    deadline = time.monotonic() + 10  # children still exiting get a bounded grace
+    while (left := _session_processes(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shm = glob.glob(f"/dev/shm/hil_{proc.pid}_*") + glob.glob(f"/dev/shm/hil_rec_{proc.pid}_*")
+    return {"processes": left, "shm": shm, "recording": rec.exists()}
+
+
+def test_port_in_use_exits_2_at_once_naming_port_and_holder(tmp_path):
+    """A real listening socket on the Modbus port: exit 2 before anything starts, the message names
+    127.0.0.1:PORT and the holder's pid; no process, image or recording left behind."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    rec = tmp_path / "rec"
+    try:
+        proc, out, err = _run_in_session(
+            ["run", "configs/bioreactor_plc.toml", "--duration", "600", "--json", "--record", str(rec),
+             "--set", f"modbus.port={port}", "--set", f"opcua.port={_free_port()}"])
+    finally:
+        holder.close()
+    assert proc.returncode == 2, err
+    assert f"127.0.0.1:{port}" in err and "modbus.port" in err and "already in use" in err, err
+    assert f"pid {os.getpid()}" in err, err  # this test process holds it
+    assert "AttributeError" not in err and "Traceback" not in err, err
+    assert out == ""  # nothing ran, no summary
+    assert _leftovers(proc, rec) == {"processes": [], "shm": [], "recording": False}
+
+
+def test_two_servers_on_one_port_is_a_config_error(tmp_path):
+    port = _free_port()
+    out = subprocess.run(HIL + ["run", "configs/bioreactor_plc.toml", "--duration", "60", "--no-record",
+                                "--set", f"modbus.port={port}", "--set", f"opcua.port={port}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert out.returncode == 2
+    assert "opcua.port" in out.stderr and "also modbus.port" in out.stderr, out.stderr
+
+
+# A port taken between the pre-check and the server's bind (or any other reason a server does not
+# come up): the pre-check is switched off in this wrapper, so the Modbus child itself fails to listen.
+_NO_PRECHECK = [sys.executable, "-c",
+                "import sys, hil.ports as p; p.check_ports = lambda *a, **k: []; "
+                "from hil.cli import main; sys.argv[0] = 'hil'; main()"]
+
+
+def test_a_server_failing_after_the_precheck_is_a_clear_error_and_leaves_nothing(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    rec = tmp_path / "rec"
+    try:
+        proc, out, err = _run_in_session(
+            ["run", "configs/bioreactor_plc.toml", "--duration", "600", "--record", str(rec),
+             "--set", f"modbus.port={port}", "--set", f"opcua.port={_free_port()}"], prefix=_NO_PRECHECK)
+    finally:
+        holder.close()
+    assert proc.returncode == 2, err
+    assert "could not start" in err and f"modbus server on 127.0.0.1:{port}" in err, err
+    assert "AttributeError" not in err and "Traceback" not in err, err
+    assert _leftovers(proc, rec) == {"processes": [], "shm": [], "recording": False}
