@@ -192,7 +192,12 @@ def run_runtime(runtime, err, scenario, sim_s: float, lockstep: bool, quiet: boo
     runtime.on_scheduled = print_scheduling(err)
     try:
         with runtime:
-            return runtime.run(None if quiet else _status_printer(err, runtime), **run_kwargs).as_dict()
+            summary = runtime.run(None if quiet else _status_printer(err, runtime), **run_kwargs).as_dict()
+        if summary.get("record_path"):
+            from pathlib import Path
+
+            summary["record_path"] = str(Path(summary["record_path"]).resolve())
+        return summary
     except Exception as exc:  # noqa: BLE001  (before the loop started: report and exit, never a traceback)
         if runtime.state != "failed":
             raise
