@@ -327,3 +327,26 @@ def test_explicit_priority_0_is_normal_without_warning():
                 "--set", "loop.priority=0", "--set", "loop.cpu=-1"])
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["scheduling"]["policy"] == "SCHED_OTHER" and summary["warnings"] == []
+
+
+# ---- hil demo: --wall with units, the same port check ----
+
+def test_demo_wall_takes_units_and_refuses_less_than_a_step(tmp_path):
+    out = _hil(["demo", "--wall", "1ms", "--out", str(tmp_path / "d")])  # 0.3 s simulated at 300x
+    assert out.returncode == 2 and "--wall: 1ms is 300 ms simulated, shorter than one loop step" in out.stderr, \
+        out.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_demo_with_a_port_in_use_exits_2_before_starting(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        proc, out, err = _run_in_session(["demo", "--wall", "30s", "--out", str(tmp_path / "d"),
+                                          "--set", f"opcua.port={port}", "--set", f"modbus.port={_free_port()}"])
+    finally:
+        holder.close()
+    assert proc.returncode == 2 and f"opcua.port: 127.0.0.1:{port}" in err and f"pid {os.getpid()}" in err, err
+    assert _leftovers(proc, tmp_path / "d") == {"processes": [], "shm": [], "recording": False}
