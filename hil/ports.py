@@ -172,17 +172,18 @@ def try_bind(host: str, port: int) -> OSError | None:
     except socket.gaierror as exc:
         return OSError(errno.EADDRNOTAVAIL, f"cannot resolve {host!r}: {exc.strerror}")
     last: OSError | None = None
-    for family, stype, proto, _, sockaddr in infos:
+    bound = False
+    for family, stype, proto, _, sockaddr in infos:  # every address the name resolves to
         with socket.socket(family, stype, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(sockaddr)
-                return None
+                bound = True
             except OSError as exc:
-                last = exc
                 if exc.errno == errno.EADDRINUSE:
                     return exc
-    return last
+                last = exc
+    return None if bound else last
 
 
 def _overlap(a: str, b: str) -> bool:
