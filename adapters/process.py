@@ -13,6 +13,7 @@ the servers up.
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 from dataclasses import dataclass
 
 SERVERS = {
@@ -36,7 +37,22 @@ def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwarg
     set_normal()  # never inherit the loop's SCHED_FIFO
     if not die_with_parent():  # SIGTERM (a clean stop) when the loop dies, even by SIGKILL
         return
-    importlib.import_module(module_name).serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
+    try:
+        importlib.import_module(module_name).serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
+    except (OSError, RuntimeError) as exc:  # cannot listen, bad certificate...: one line, the parent names the port
+        import sys
+
+        print(f"{module_name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _wait_ready(ready, proc, timeout_s: float) -> bool:
+    """Wait for `ready`, but no longer than the child lives (a server that dies is seen at once)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready.wait(min(0.1, max(deadline - time.monotonic(), 0.0))):
+        if not proc.is_alive() or time.monotonic() >= deadline:
+            return ready.is_set()
+    return True
 
 
 def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
@@ -58,10 +74,12 @@ def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
                                name=f"hil-{kind}", daemon=True)
             proc.start()
             started.append(ServerProcess(kind, proc, stop))
-            if not ready.wait(timeout_s):
+            if not _wait_ready(ready, proc, timeout_s):
+                section = getattr(scenario, kind)
+                where = f"{kind} server on {section.host}:{section.port}"
                 code = proc.exitcode
-                raise RuntimeError(f"{kind} server did not start within {timeout_s:g} s"
-                                   + (f" (exit code {code})" if code is not None else ""))
+                raise RuntimeError(f"{where} exited with code {code} before listening (see its log above)"
+                                   if code is not None else f"{where} did not start within {timeout_s:g} s")
     except BaseException:
         stop_servers(started)
         raise

@@ -10,9 +10,16 @@
   subprocess, exactly as a user runs it.
 - cyclictest (rt-tests): the OS timer floor at the same priority and CPU: one thread,
   clock_nanosleep on absolute deadlines, mlockall, interval 1000 us.
+- deadline -> image: what a PLC reading the image experiences. The wake-up lateness above
+  is measured after the spin, before the step's work; the outputs become visible only once
+  the loop has read its inputs, stepped the plant and gaps and written the image. `publish`
+  is the loop's own stamp in the image header (H_PUBLISH_NS) minus the step's deadline (from
+  the recording: wall_ns - lateness); `visible_to_reader` is when a reader process spinning
+  on another CPU saw the new step. Both are compared with cyclictest's wake-up floor.
 
 The last stdout line is one JSON object: naive, hil, cyclictest (p50_us, p99_us, p999_us,
-max_us each), hil_overruns, ratio_p99_vs_cyclictest, spin_cpu_fraction, and the settings.
+max_us each), hil_overruns, ratio_p99_vs_cyclictest, spin_cpu_fraction, hil_publish_us and
+hil_visible_to_reader_us (deadline -> image), ratio_publish_p99/p999_vs_cyclictest, settings.
 Timing is never asserted in tests; this script reports what it measures.
 """
 
@@ -72,20 +79,97 @@ def naive_loop(duration_s: float, period_s: float, priority: int, cpu: int) -> d
     return {**summarize(grid), "interval_error": summarize(interval), "drift_ms": round(drift_ms, 3), "warnings": warn}
 
 
+def _find_image(pid: int, proc, timeout_s: float = 120.0) -> str | None:
+    """Name of the process image hil run `pid` created (/dev/shm/hil_<pid>_*), once it exists."""
+    import glob
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        names = [os.path.basename(p) for p in glob.glob(f"/dev/shm/hil_{pid}_*") if not p.endswith(".lock")]
+        if names:
+            return names[0]
+        time.sleep(0.01)
+    return None
+
+
+def observe_publishes(proc, cpu: int) -> np.ndarray:
+    """Watch hil run's process image as a reader (a PLC-side process) does, spinning on another
+    CPU: for each new step, (step, publish_ns stamped by the loop, ns when this reader saw it)."""
+    from hil.image import H_OUT_SEQ, H_PUBLISH_NS, H_STEP, ProcessImage
+
+    others = set(os.sched_getaffinity(0)) - {cpu}
+    if others:
+        os.sched_setaffinity(0, others)
+    name = _find_image(proc.pid, proc)
+    if name is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    image = ProcessImage.attach(name)
+    h = image.header
+    rows = np.zeros((1 << 21, 3), dtype=np.int64)
+    n, last, spins = 0, -1, 0
+    try:
+        while n < rows.shape[0]:
+            s0 = h[H_OUT_SEQ]
+            step = h[H_STEP]
+            if step != last and not s0 & 1:
+                seen = time.monotonic_ns()
+                pub = h[H_PUBLISH_NS]
+                if h[H_OUT_SEQ] == s0:
+                    rows[n] = (step, pub, seen)
+                    n += 1
+                    last = step
+            spins += 1
+            if spins & 0x3FFF == 0 and proc.poll() is not None:
+                break
+    finally:
+        del h
+        image.close()
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    return rows[:n]
+
+
+def publish_latency(record_dir: str, seen: np.ndarray) -> dict:
+    """Deadline -> outputs in the image, per step: `publish` (the loop's own stamp, after the
+    step's plant, gaps and image write) and `visible` (when a spinning reader saw the new step).
+    Deadline of recorded step k = wall_ns - lateness (both taken as the step started); the image
+    carries step k + 1 once step k is published."""
+    import pandas as pd
+
+    df = pd.read_parquet(record_dir, columns=["step", "wall_ns", "lateness_us"])
+    deadline = df["wall_ns"].to_numpy(np.float64) - df["lateness_us"].to_numpy(np.float64) * 1e3
+    by_step = dict(zip(df["step"].astype(np.int64).to_numpy() + 1, deadline))
+    pub, vis = LatencyHistogram(), LatencyHistogram()
+    for step, publish_ns, seen_ns in seen:
+        d = by_step.get(int(step))
+        if d is None:
+            continue
+        pub.record(max(0, int(publish_ns - d)))
+        vis.record(max(0, int(seen_ns - d)))
+    return {"publish": summarize(pub), "visible_to_reader": summarize(vis), "steps_observed": int(len(seen)),
+            "steps_recorded": int(len(df))}
+
+
 def hil_loop(duration_s: float, priority: int, cpu: int, record_dir: str) -> dict:
     cmd = [sys.executable, "-m", "hil.cli", "run", str(ROOT / "configs/bioreactor.toml"), "--json", "--quiet",
            "--duration", str(duration_s * 1000.0), "--record", record_dir,
            "--set", "loop.time_scale=1000.0", "--set", f"loop.priority={priority}", "--set", f"loop.cpu={cpu}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 3 + 120, cwd=ROOT)
-    if out.returncode != 0:
-        raise RuntimeError(f"hil run failed: {out.stderr[-2000:]}")
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        seen = observe_publishes(proc, cpu)
+        stdout, stderr = proc.communicate(timeout=duration_s * 3 + 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode != 0:
+        raise RuntimeError(f"hil run failed: {stderr[-2000:]}")
+    summary = json.loads(stdout.strip().splitlines()[-1])
     lat = summary["lateness_us"]
     return {
         "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p999"], "max_us": lat["max"], "n": lat["n"],
         "overruns": summary["overruns"], "late_steps": summary["late_steps"],
         "spin_cpu_fraction": summary["spin_cpu_fraction"], "dropped_rows": summary["dropped_rows"],
-        "warnings": summary["warnings"],
+        "scheduling": summary.get("scheduling"), "warnings": summary["warnings"],
+        "deadline_to_image": publish_latency(record_dir, seen),
     }
 
 
@@ -136,10 +220,17 @@ def main() -> None:
     print(f"naive   p99 {naive['p99_us']:.1f} us (drift {naive['drift_ms']:.1f} ms)", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         hil = hil_loop(args.duration, args.priority, args.cpu, os.path.join(tmp, "rec"))
-    print(f"hil     p99 {hil['p99_us']:.1f} us, overruns {hil['overruns']}", file=sys.stderr)
+    pub = hil["deadline_to_image"]["publish"]
+    vis = hil["deadline_to_image"]["visible_to_reader"]
+    print(f"hil     wake-up p99 {hil['p99_us']:.1f} us, overruns {hil['overruns']}", file=sys.stderr)
+    print(f"hil     deadline -> published p50 {pub['p50_us']:.1f} p99 {pub['p99_us']:.1f} "
+          f"p99.9 {pub['p999_us']:.1f} us; seen by a reader p99 {vis['p99_us']:.1f} us", file=sys.stderr)
     ct = cyclictest(args.duration, args.priority, args.cpu)
     print(f"cyclict p99 {ct.get('p99_us')} us", file=sys.stderr)
     ratio = hil["p99_us"] / ct["p99_us"] if ct.get("p99_us") else None
+
+    def vs_ct(key: str) -> float | None:
+        return round(pub[key] / ct[key], 3) if ct.get(key) else None
     cycles = max(hil["n"], 1)
     result = {
         "benchmark": "loop_jitter",
@@ -155,6 +246,10 @@ def main() -> None:
         "ratio_p99_vs_cyclictest": None if ratio is None else round(ratio, 4),
         "hil_p999_le_cyclictest_p999": (hil["p999_us"] <= ct["p999_us"]) if ct.get("p999_us") is not None else None,
         "spin_cpu_fraction": hil["spin_cpu_fraction"],
+        "hil_publish_us": {k: pub[k] for k in ("p50_us", "p99_us", "p999_us", "max_us", "n")},
+        "hil_visible_to_reader_us": {k: vis[k] for k in ("p50_us", "p99_us", "p999_us", "max_us", "n")},
+        "ratio_publish_p99_vs_cyclictest": vs_ct("p99_us"),
+        "ratio_publish_p999_vs_cyclictest": vs_ct("p999_us"),
     }
     print(json.dumps(result))
 

@@ -1,6 +1,7 @@
 """The `hil` command: `hil run` here; other subcommands live in hil/commands/*.py.
 
-Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage.
+Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage, or the
+run could not start (a port in use, a server that did not come up): nothing left running.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import click
 from hil.errors import ConfigError
 
 
-def _status_printer(console):
-    """One live status line (stderr), rewritten in place on a terminal."""
+def _status_printer(console, runtime=None):
+    """One live status line (stderr), rewritten in place on a terminal; with `runtime`, the
+    scheduling it obtained (e.g. "FIFO 80 cpu 1") closes the line."""
     tty = console.is_terminal
 
     def show(status: dict) -> None:
@@ -26,11 +28,54 @@ def _status_printer(console):
             f"overruns {status['overruns']:>4d}  clipped {status['clipped_inputs']:>4d}  "
             f"writes {status['input_writes']:>6d}"
         )
+        sched = getattr(runtime, "scheduling", None)
+        if sched and not sched.get("lockstep"):
+            line += "  " + short_scheduling(sched)
         if tty:
             console.file.write("\r" + line)
             console.file.flush()
         else:
             console.file.write(line + "\n")
+
+    return show
+
+
+def short_scheduling(s: dict) -> str:
+    """'FIFO 80 cpu 1' / 'normal cpu 0-1': the status line's scheduling tag."""
+    pol = {"SCHED_FIFO": "FIFO", "SCHED_RR": "RR"}.get(s.get("policy", ""))
+    head = f"{pol} {s.get('priority', 0)}" if pol else "normal"
+    cpus = s.get("cpus") or []
+    where = str(cpus[0]) if len(cpus) == 1 else (f"{cpus[0]}-{cpus[-1]}" if cpus else "?")
+    return f"{head} cpu {where}"
+
+
+def print_banner(console, scenario, runtime, sim_s: float, lockstep: bool) -> None:
+    """What is about to run: duration (simulated and wall), servers, where the recording goes."""
+    from hil.durations import describe_run_time
+
+    console.print(f"[bold]hil run[/bold] {scenario.name}: {describe_run_time(sim_s, scenario, lockstep)}")
+    servers = [k for k in ("modbus", "opcua") if getattr(scenario, k) is not None] if runtime.start_servers else []
+    if servers:
+        console.print("  servers: " + ", ".join(f"{k} {getattr(scenario, k).host}:{getattr(scenario, k).port}"
+                                                for k in servers))
+    if runtime.record_path is not None:
+        from pathlib import Path
+
+        console.print(f"  recording: {Path(runtime.record_path).resolve()}")
+    else:
+        console.print("  recording: off")
+
+
+def print_scheduling(console):
+    """Runtime.on_scheduled callback: the scheduling obtained, once, before the loop starts."""
+    from hil.rt import describe_scheduling
+
+    def show(sched: dict, warnings: list) -> None:
+        if sched.get("lockstep"):
+            return
+        console.print(f"  scheduling: {describe_scheduling(sched)}")
+        for w in warnings:
+            console.print(f"  [yellow]warning:[/yellow] {w}")
 
     return show
 
@@ -52,6 +97,10 @@ def print_summary(console, summary: dict) -> None:
         f"  inputs: {summary['input_writes']} image writes, {summary['clipped_inputs']} clipped to bounds, "
         f"{summary['non_finite_inputs']} non-finite held, {summary['torn_input_reads']} torn reads skipped"
     )
+    if summary.get("scheduling") and summary["mode"] == "realtime":
+        from hil.rt import describe_scheduling
+
+        console.print(f"  scheduling: {describe_scheduling(summary['scheduling'])}")
     for w in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     if summary.get("error"):
@@ -89,40 +138,71 @@ def main() -> None:
 
 @main.command("run")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--duration", type=float, default=None, help="Simulated seconds (default: loop.duration_s).")
+@click.option("--duration", default=None, metavar="DURATION",
+              help="Simulated time to run: 2h, 90min, 30s, 1d, or seconds (default: loop.duration_s).")
+@click.option("--wall", default=None, metavar="DURATION",
+              help="Wall-clock time to run instead (real time only): simulated = wall x loop.time_scale.")
 @click.option("--lockstep", is_flag=True, help="No wall clock: as fast as possible, deterministic.")
-@click.option("--record", "record_path", default=None, help="Recording directory (default: recording.path).")
+@click.option("--record", "record_path", default=None,
+              help="Recording directory, relative to the cwd (default: recording.path, relative to the scenario).")
 @click.option("--no-record", is_flag=True, help="Do not record.")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a scenario value (TOML literal), e.g. --set loop.time_scale=1000.")
-def run_command(config, duration, lockstep, record_path, no_record, as_json, quiet, settings) -> None:
+def run_command(config, duration, wall, lockstep, record_path, no_record, as_json, quiet, settings) -> None:
     """Run the scenario CONFIG (a TOML file)."""
     from rich.console import Console
 
     from hil.config import load_scenario
+    from hil.durations import run_duration
     from hil.runtime import Runtime
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         scenario = load_scenario(config, parse_settings(settings))
-        if duration is not None and not duration > 0:
-            raise ConfigError("--duration", f"{duration} is not a positive number of seconds")
-        runtime = Runtime(scenario, lockstep=lockstep, duration_s=duration,
+        sim_s = run_duration(scenario, duration=duration, wall=wall, lockstep=lockstep)
+        check_scenario_ports(scenario, lockstep=lockstep, source=str(config))
+        runtime = Runtime(scenario, lockstep=lockstep, duration_s=sim_s,
                           record=False if no_record else None, record_path=record_path,
                           scenario_path=str(config))
     except ConfigError as exc:
         err.print(f"[red]config error[/red] {exc}")
         sys.exit(2)
-    with runtime:
-        summary = runtime.run(None if quiet else _status_printer(err)).as_dict()
+    summary = run_runtime(runtime, err, scenario, sim_s, lockstep, quiet)
     if not quiet and err.is_terminal:
         err.file.write("\n")
     print_summary(err, summary)
     if as_json:
         click.echo(json.dumps(summary, default=str))
     sys.exit(0 if summary["state"] == "stopped" else 1)
+
+
+def check_scenario_ports(scenario, *, lockstep: bool, servers: bool | None = None, source: str | None = None) -> None:
+    """Every port the run will bind is free (hil.ports), before anything starts; ConfigError if not."""
+    from hil import ports
+
+    ports.check_ports(scenario, servers=(not lockstep) if servers is None else servers, source=source)
+
+
+def run_runtime(runtime, err, scenario, sim_s: float, lockstep: bool, quiet: bool, **run_kwargs) -> dict:
+    """Banner, run, summary dict. A run that cannot start (a server or the policy fails to come
+    up) exits 2 with the reason, after Runtime.run has stopped whatever had started."""
+    print_banner(err, scenario, runtime, sim_s, lockstep)
+    runtime.on_scheduled = print_scheduling(err)
+    try:
+        with runtime:
+            summary = runtime.run(None if quiet else _status_printer(err, runtime), **run_kwargs).as_dict()
+        if summary.get("record_path"):
+            from pathlib import Path
+
+            summary["record_path"] = str(Path(summary["record_path"]).resolve())
+        return summary
+    except Exception as exc:  # noqa: BLE001  (before the loop started: report and exit, never a traceback)
+        if runtime.state != "failed":
+            raise
+        err.print(f"[red]could not start[/red] {scenario.name}: {exc}; nothing left running")
+        sys.exit(2)
 
 
 def _register_commands() -> None:

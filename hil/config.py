@@ -18,11 +18,18 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hil.errors import ConfigError
+from hil.paths import (  # noqa: F401  (re-exported: section modules import them from here)
+    PATH_KEYS,
+    resolve_against,
+    resolve_path,
+    resolve_path_field,
+    resolve_scenario_paths,
+)
 
 
 class StrictModel(BaseModel):
@@ -60,8 +67,16 @@ class LoopSection(StrictModel):
     )
     duration_s: float = Field(gt=0, description="simulated seconds to run")
     seed: int = Field(default=0, ge=0, description="seed of every random stream")
-    priority: int = Field(default=0, ge=0, le=99, description="SCHED_FIFO priority, 0 = normal")
-    cpu: int = Field(default=-1, ge=-1, description="CPU to pin the loop to, -1 = none")
+    priority: Annotated[int, Field(ge=0, le=99)] | Literal["auto"] = Field(
+        default="auto",
+        description="SCHED_FIFO priority 1..99, 0 = normal scheduling, 'auto' = SCHED_FIFO 80 where "
+        "permitted, else normal with one warning (hil.rt.apply_loop_scheduling)",
+    )
+    cpu: Annotated[int, Field(ge=-1)] | Literal["auto"] = Field(
+        default="auto",
+        description="CPU to pin the loop to (helpers kept off it), -1 = none, 'auto' = the last CPU "
+        "when SCHED_FIFO was obtained and there are two or more",
+    )
     spin_us: float = Field(
         default=200.0, ge=0, le=100_000, description="busy-wait before each deadline (us)"
     )
@@ -69,6 +84,24 @@ class LoopSection(StrictModel):
     overrun: Literal["skip"] = Field(
         default="skip", description="late step: run it now, then skip missed deadlines"
     )
+
+    @field_validator("priority", "cpu", mode="before")
+    @classmethod
+    def _int_or_auto(cls, v, info):
+        if v == "auto":
+            return v
+        lo, hi = (0, 99) if info.field_name == "priority" else (-1, 4095)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"expected \"auto\" or an integer {lo}..{hi}")
+        return v
+
+    @field_validator("duration_s")
+    @classmethod
+    def _at_least_one_step(cls, v: float, info) -> float:
+        step_s = info.data.get("step_s")
+        if step_s is not None and v < step_s * (1 - 1e-9):
+            raise ValueError(f"{v:g} s is shorter than one step (step_s = {step_s:g} s): the run would do nothing")
+        return v
 
     @property
     def period_s(self) -> float:
@@ -163,25 +196,6 @@ def _problems(exc: ValidationError, prefix: tuple = ()) -> list[tuple[str, str]]
     return [(_format_loc(prefix + tuple(e["loc"])), _reason(e)) for e in exc.errors()]
 
 
-def resolve_path(path: str, scenario_path: str | None = None) -> Path:
-    """A config path: absolute, else relative to the cwd if it exists there, else to the scenario file."""
-    p = Path(path)
-    if p.is_absolute() or p.exists() or not scenario_path:
-        return p
-    alt = Path(scenario_path).resolve().parent / p
-    return alt if alt.exists() else p
-
-
-def resolve_path_field(value: str | None, info) -> str | None:
-    """Field validator body for file paths: resolved against the scenario file being read
-    (pydantic validation context {"scenario_path": ...}), so a scenario may name its data
-    files relative to itself."""
-    if value is None:
-        return None
-    context = info.context or {}
-    return str(resolve_path(value, context.get("scenario_path")))
-
-
 def outside_bounds(value: float, q) -> str | None:
     """Why `value` (in the unit of quantity `q`) is not a physical value of it, or None."""
     if not math.isfinite(value) or not q.low <= value <= q.high:
@@ -232,12 +246,16 @@ def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
     return problems
 
 
-def parse_scenario(data: dict, source: str | None = None) -> Scenario:
-    """Validate a scenario given as a dict (as read from TOML). Raises ConfigError."""
+def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Path | None = None) -> Scenario:
+    """Validate a scenario given as a dict (as read from TOML). Raises ConfigError.
+
+    base_dir: the scenario file's directory; relative paths (PATH_KEYS) resolve against it.
+    None: paths are kept as given."""
     from plants.base import load_plant_module
 
     if not isinstance(data, dict):
         raise ConfigError("", "a scenario is a table of sections", source=source)
+    data = resolve_scenario_paths(data, base_dir)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -250,12 +268,12 @@ def parse_scenario(data: dict, source: str | None = None) -> Scenario:
             continue
         model = _optional_section(module, cls_name)
         try:
-            sections[key] = model.model_validate(raw, context={"scenario_path": source})
+            sections[key] = model.model_validate(raw, context={"base_dir": base_dir})
         except ValidationError as exc:
             problems += _problems(exc, (key,))
     if problems:
         raise ConfigError("", problems=problems, source=source)
-    sc = sc.model_copy(update=sections)
+    sc = resolve_scenario_paths(sc.model_copy(update=sections), base_dir)  # defaults too
     try:
         spec = load_plant_module(sc.plant.model).SPEC
     except ValueError as exc:
@@ -271,7 +289,8 @@ def parse_scenario(data: dict, source: str | None = None) -> Scenario:
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
-    """Read and validate a scenario TOML file; `overrides` (nested dict) are merged in first."""
+    """Read and validate a scenario TOML file; `overrides` (nested dict, e.g. from --set) are merged in
+    first. Relative paths: the file's against its directory, the overrides' against the cwd."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -281,8 +300,9 @@ def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
-    _deep_merge(data, overrides or {})
-    return parse_scenario(data, source=str(path))
+    # command-line values: relative to the cwd; then the file's: relative to the file
+    _deep_merge(data, resolve_scenario_paths(overrides or {}, Path.cwd()))
+    return parse_scenario(data, source=str(path), base_dir=path.resolve().parent)
 
 
 def _deep_merge(base: dict, over: dict) -> None:

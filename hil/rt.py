@@ -114,3 +114,101 @@ def die_with_parent(sig: int = 15) -> bool:
     parent = os.getppid()
     _libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0)
     return os.getppid() == parent and parent != 1
+
+
+# ---- the loop's scheduling, as configured (loop.priority, loop.cpu) and as obtained ----
+
+AUTO_PRIORITY = 80  # SCHED_FIFO priority of loop.priority = "auto": above kernel threads' default 50
+_POLICY_NAMES = {getattr(os, n): n for n in ("SCHED_OTHER", "SCHED_FIFO", "SCHED_RR", "SCHED_BATCH", "SCHED_IDLE")
+                 if hasattr(os, n)}
+
+
+def current_scheduling(mlock: bool = False) -> dict:
+    """What the calling thread actually has: policy, priority, cpus (affinity), mlock."""
+    try:
+        policy = _POLICY_NAMES.get(os.sched_getscheduler(0), str(os.sched_getscheduler(0)))
+        priority = os.sched_getparam(0).sched_priority
+    except OSError:
+        policy, priority = "unknown", 0
+    return {"policy": policy, "priority": priority, "cpus": sorted(os.sched_getaffinity(0)), "mlock": mlock}
+
+
+def describe_scheduling(s: dict) -> str:
+    """One short phrase: 'SCHED_FIFO 80 on CPU 1, memory locked' / 'SCHED_OTHER (normal) on CPUs 0-1'."""
+    pol = s.get("policy", "?")
+    head = f"{pol} {s.get('priority', 0)}" if pol in ("SCHED_FIFO", "SCHED_RR") else f"{pol} (normal)"
+    cpus = s.get("cpus") or []
+    if len(cpus) == 1:
+        where = f"on CPU {cpus[0]}"
+    elif cpus and cpus == list(range(cpus[0], cpus[-1] + 1)):
+        where = f"on CPUs {cpus[0]}-{cpus[-1]}"
+    else:
+        where = f"on CPUs {','.join(map(str, cpus))}"
+    return f"{head} {where}" + (", memory locked" if s.get("mlock") else "")
+
+
+def _try_fifo(priority: int) -> OSError | None:
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as exc:
+        return exc
+    return None
+
+
+def apply_loop_scheduling(priority, cpu, child_pids=()) -> tuple[dict, list[str]]:
+    """Give the calling (loop) thread its real-time scheduling; returns (obtained, warnings).
+
+    priority: "auto" (SCHED_FIFO AUTO_PRIORITY, or the highest the rtprio limit allows, where
+    permitted; else normal scheduling and ONE warning), an int 1..99 (SCHED_FIFO, a warning if
+    refused) or 0 (normal scheduling, nothing tried).
+    cpu: "auto" (with SCHED_FIFO and two CPUs or more: pin to the last CPU the process may use
+    and move the helper processes `child_pids` off it; otherwise no pinning), an int >= 0
+    (pin there, helpers kept off), or -1 (no pinning).
+    Memory is locked (mlockall) whenever SCHED_FIFO is obtained.
+    Call after every helper process has started: children inherit SCHED_FIFO.
+    """
+    warnings: list[str] = []
+    slack = set_timer_slack(1)
+    if slack:
+        warnings.append(slack)
+    fifo = False
+    if priority == "auto":
+        err = _try_fifo(AUTO_PRIORITY)
+        if err is not None:
+            try:
+                import resource
+
+                limit = resource.getrlimit(resource.RLIMIT_RTPRIO)[0]
+            except (ImportError, OSError, ValueError):
+                limit = 0
+            if 0 < limit < AUTO_PRIORITY:
+                err = _try_fifo(int(limit))
+        fifo = err is None
+        if not fifo:
+            warnings.append(
+                f"loop.priority = auto: SCHED_FIFO not permitted ({err.strerror or err}); the loop runs at "
+                "normal priority, unpinned, so a busy Modbus/OPC UA master or any other load can make it "
+                "overrun. Grant CAP_SYS_NICE or an rtprio limit (ulimit -r 80) to the user, or set "
+                "loop.priority = 0 to choose normal scheduling without this warning.")
+    elif int(priority) > 0:
+        warn = set_fifo(int(priority))
+        fifo = warn is None
+        if warn:
+            warnings.append(warn)
+    pin = cpu
+    if cpu == "auto":
+        allowed = sorted(os.sched_getaffinity(0))
+        pin = allowed[-1] if fifo and len(allowed) >= 2 else -1
+    pin = int(pin)
+    for warn in (keep_off_cpu(child_pids, pin), pin_cpu(pin)):
+        if warn:
+            warnings.append(warn)
+    mlock = False
+    if fifo:
+        warn = lock_memory()
+        mlock = warn is None
+        if warn:
+            warnings.append(warn)
+    obtained = current_scheduling(mlock)
+    obtained["requested"] = {"priority": priority, "cpu": cpu}
+    return obtained, warnings

@@ -100,6 +100,10 @@ def _record_dir(scenario: Scenario, override: str | None) -> Path:
 class Runtime:
     """Configure once, run once. `image` is created here unless an existing name is given."""
 
+    _policy_handles = None  # set by _start_children; a default so any partial start can be stopped
+    scheduling: dict | None = None  # what the loop obtained (rt.apply_loop_scheduling), set at start
+    on_scheduled = None  # optional callback(scheduling, warnings), once scheduling is set (the CLI's banner)
+
     def __init__(self, scenario: Scenario, *, lockstep: bool = False, duration_s: float | None = None,
                  record: bool | None = None, record_path: str | None = None, image_name: str | None = None,
                  start_servers: bool | None = None, start_processes: bool = True,
@@ -207,7 +211,29 @@ class Runtime:
 
     # ---- life cycle ----
     def _start_children(self) -> None:
-        """Start every helper process, before this process raises its priority."""
+        """Start every helper process, before this process raises its priority.
+
+        If one fails to start, every one started so far is stopped and the (empty)
+        recording removed before the exception propagates."""
+        try:
+            self._start_children_now()
+        except BaseException:
+            self._abort_start()
+            raise
+
+    def _abort_start(self) -> None:
+        """Undo a partial start: stop the children started so far, drop the recording (no rows yet)."""
+        from hil.startup import discard_recording
+
+        try:
+            self._stop_children()
+        finally:
+            rec, self.recorder = self.recorder, None
+            if rec is not None:
+                rec.close(timeout_s=10.0, state="failed")
+                discard_recording(rec.directory)
+
+    def _start_children_now(self) -> None:
         if self.record:
             meta = {
                 "scenario": self.scenario.model_dump(mode="json"),
@@ -256,13 +282,21 @@ class Runtime:
         return extra
 
     def _raise_priority(self) -> None:
+        """Real time: SCHED_FIFO, pinning, mlock as loop.priority / loop.cpu say (rt.apply_loop_scheduling);
+        `self.scheduling` is what was obtained. Under SCHED_FIFO the spin stays under half a period,
+        so the loop sleeps and its CPU's other work runs."""
         if self.lockstep:
-            return
-        loop = self.scenario.loop
-        for warn in (rt.set_timer_slack(1), rt.keep_off_cpu(self._child_pids(), loop.cpu), rt.pin_cpu(loop.cpu),
-                     rt.lock_memory() if loop.priority else None, rt.set_fifo(loop.priority)):
-            if warn:
-                self.warnings.append(warn)
+            self.scheduling = {**rt.current_scheduling(), "lockstep": True}
+        else:
+            loop = self.scenario.loop
+            self.scheduling, warns = rt.apply_loop_scheduling(loop.priority, loop.cpu, self._child_pids())
+            self.warnings += warns
+            if self.scheduling["policy"] != "SCHED_OTHER" and self.clock.spin_ns > self.clock.period_ns // 2:
+                self.clock.spin_ns = self.clock.period_ns // 2
+                self.warnings.append(f"loop.spin_us limited to {self.clock.spin_ns / 1e3:g} us (half the period) "
+                                     "under SCHED_FIFO, so that the loop never holds its CPU for a whole period")
+        if getattr(self, "on_scheduled", None) is not None:
+            self.on_scheduled(self.scheduling, list(self.warnings))
 
     def _child_pids(self) -> list[int]:
         pids = [s.process.pid for s in self._children]
@@ -300,6 +334,7 @@ class Runtime:
             if on_started is not None:
                 on_started(self)
             self._raise_priority()
+            summary.extra["scheduling"] = self.scheduling
             self._publish_initial()
             self.image.set_loop_state("running")
             self.state = "running"
@@ -308,6 +343,13 @@ class Runtime:
             self.state = summary.state = "failed"
             summary.stop_reason = "plant diverged"
             summary.error = str(exc)
+        except BaseException as exc:
+            if self.state == "configured":  # failed before the loop started: nothing may stay up
+                self.state = summary.state = "failed"
+                summary.stop_reason, summary.error = "start failed", str(exc)
+                self._abort_start()
+                self._release_after_failed_start = True
+            raise
         finally:
             if self.state == "running":
                 self.state = "stopped"
@@ -318,6 +360,8 @@ class Runtime:
             self._finish(summary)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
+            if getattr(self, "_release_after_failed_start", False):
+                self.close()
         return summary
 
     def _publish_initial(self) -> None:

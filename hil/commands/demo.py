@@ -32,19 +32,21 @@ def _softplc_main(scenario, stop, record_path: str, results) -> None:
 
 @click.command("demo")
 @click.argument("config", required=False, type=click.Path(dir_okay=False), default=str(DEFAULT_CONFIG))
-@click.option("--wall", "wall_s", type=float, default=60.0, show_default=True, help="Wall seconds to run.")
+@click.option("--wall", "wall", default="60s", show_default=True, metavar="DURATION",
+              help="Wall-clock time to run: 60s, 2min, ... (a plain number is seconds).")
 @click.option("--out", "out_dir", default=None, help="Output directory (default: runs/demo-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a scenario value (TOML literal), e.g. --set modbus.port=5021.")
-def command(config, wall_s, out_dir, as_json, settings) -> None:
+def command(config, wall, out_dir, as_json, settings) -> None:
     """Run loop + Modbus/OPC UA servers + SoftPLC in closed loop, then plot."""
     import json
 
     from rich.console import Console
 
-    from hil.cli import _status_printer, parse_settings, print_summary
+    from hil.cli import _status_printer, check_scenario_ports, parse_settings, print_scheduling, print_summary
     from hil.config import load_scenario
+    from hil.durations import run_duration
     from hil.errors import ConfigError
     from hil.plot import plot_recording
     from hil.runtime import Runtime
@@ -54,15 +56,15 @@ def command(config, wall_s, out_dir, as_json, settings) -> None:
         scenario = load_scenario(config, parse_settings(settings))
         if scenario.softplc is None or scenario.modbus is None:
             raise ConfigError("softplc", "the demo needs a scenario with [modbus] and [softplc]")
-        if not wall_s > 0:
-            raise ConfigError("--wall", f"{wall_s} is not a positive number of seconds")
+        sim_s = run_duration(scenario, duration=None, wall=wall, lockstep=False)
+        wall_s = sim_s / scenario.loop.time_scale
+        check_scenario_ports(scenario, lockstep=False, servers=True, source=str(config))
     except ConfigError as exc:
         err.print(f"[red]config error[/red] {exc}")
         sys.exit(2)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     out = Path(out_dir or f"runs/demo-{stamp}")
     out.mkdir(parents=True, exist_ok=True)
-    sim_s = wall_s * scenario.loop.time_scale
     servers = [k for k in ("modbus", "opcua") if getattr(scenario, k) is not None]
     err.print(f"[bold]hil demo[/bold]: {scenario.name}, {sim_s / 3600:.2f} h simulated in {wall_s:g} s "
               f"({scenario.loop.time_scale:g}x), servers: "
@@ -83,9 +85,20 @@ def command(config, wall_s, out_dir, as_json, settings) -> None:
 
     runtime = Runtime(scenario, duration_s=sim_s, record_path=str(out / "plant"), start_servers=True,
                       scenario_path=str(config))
+    err.print(f"  recording: {(out / 'plant').resolve()}")
+    runtime.on_scheduled = print_scheduling(err)
     try:
         with runtime:
-            summary = runtime.run(_status_printer(err), on_started=start_plc, on_stopping=stop_plc).as_dict()
+            summary = runtime.run(_status_printer(err, runtime), on_started=start_plc, on_stopping=stop_plc).as_dict()
+    except Exception as exc:  # noqa: BLE001  (failed before the loop started: say why, nothing left running)
+        if runtime.state != "failed":
+            raise
+        err.print(f"[red]could not start[/red] the demo: {exc}; nothing left running")
+        try:
+            out.rmdir()  # only if we left it empty
+        except OSError:
+            pass
+        sys.exit(2)
     finally:
         stop.set()
         plc_stats = results.get(timeout=30) if plc.pid is not None and plc.exitcode in (None, 0) else {}

@@ -14,7 +14,8 @@ import click
 
 @click.command("softplc")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--duration", type=float, default=None, help="Wall seconds to run (default: until Ctrl-C).")
+@click.option("--duration", default=None, metavar="DURATION",
+              help="Wall-clock time to run: 30s, 5min, ... or seconds (default: until Ctrl-C).")
 @click.option("--record", "record_path", default=None, help="Scan log (.csv or .parquet; default softplc.record).")
 @click.option("--host", default=None, help="Server host (default: softplc.host or modbus.host).")
 @click.option("--port", type=int, default=None, help="Server port (default: softplc.port or modbus.port).")
@@ -36,8 +37,10 @@ def command(config, duration, record_path, host, port, as_json, quiet) -> None:
         scenario = load_scenario(config)
         if scenario.softplc is None:
             raise ConfigError("softplc", "the scenario has no [softplc] section")
-        if duration is not None and not duration > 0:
-            raise ConfigError("--duration", f"{duration} is not a positive number of seconds")
+        if duration is not None:
+            from hil.durations import parse_duration
+
+            duration = parse_duration(duration, "--duration")
     except ConfigError as exc:
         err.print(f"[red]config error[/red] {exc}")
         sys.exit(2)

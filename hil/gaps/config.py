@@ -52,7 +52,7 @@ Omitted keys mean "this gap is off". Schema (TOML):
     mean_s, std_s             # normal
     median_s, sigma           # lognormal: ln(d) ~ N(ln(median_s), sigma)
     samples_s = [...]         # empirical: drawn uniformly with replacement
-    file = "p.json"           # profile (format: hil/gaps/profile.py; relative: cwd, else the scenario's dir)
+    file = "p.json"           # profile (format: hil/gaps/profile.py; relative to the scenario file)
     series = "name"           #   series in the file (default: the only one)
     replay = "sequence"       #   "sequence" (recorded order, from a random start) or "random"
     jitter_s = 0.0            # + uniform jitter in [-jitter_s, +jitter_s]

@@ -5,7 +5,7 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
 
     [policy]
     directory = "policies/bioreactor"   # versioned policy directory (v1, v2, ...); relative
-    version = "v1"                      #   paths: the cwd first, then the scenario file's dir
+    version = "v1"                      #   paths: relative to the scenario file
     entry = ""                          # or "package.module:attribute" (callable / .act(obs))
     onnx = ""                           # or an ONNX model (needs onnxruntime)
     inputs = ["agitation_power", ...]   # actions, in order (default: inputs with driver "bus")

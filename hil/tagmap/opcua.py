@@ -13,7 +13,7 @@
     [opcua.security]
     allow_none = true               # SecurityPolicy None; default: true only on loopback
     policies = ["Basic256Sha256_Sign", "Basic256Sha256_SignAndEncrypt"]
-    certificate = "certs/server_cert.der"   # paths relative to the working directory
+    certificate = "certs/server_cert.der"   # paths relative to the scenario file
     private_key = "certs/server_key.pem"
     generate_missing = true         # create them (as `hil certs` does) when missing
     trusted_clients_dir = "certs/trusted"   # optional: only these client certs may connect

@@ -44,7 +44,7 @@ def test_shipped_scenario_is_valid():
         ({"plant__initial_state": {"volume": 1000.0}}, "plant.initial_state.volume", "outside the physical bounds"),
         ({"loop__step_s": -1.0}, "loop.step_s", "greater than 0"),
         ({"loop__step_s": "fast"}, "loop.step_s", "valid number"),
-        ({"loop__priority": 120}, "loop.priority", "less than or equal to 99"),
+        ({"loop__priority": 120}, "loop.priority", "an integer 0..99"),
         ({"loop__duration_s": _DELETE}, "loop.duration_s", "required key is missing"),
         ({"loop__period": 0.01}, "loop.period", "unknown key"),
         ({"inputs__feed_rate__driver": "scada"}, "inputs.feed_rate.driver", "'plc', 'fixed', 'profile' or 'bus'"),

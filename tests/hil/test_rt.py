@@ -1,0 +1,95 @@
+"""hil.rt.apply_loop_scheduling: what loop.priority / loop.cpu ask for, and what is obtained.
+
+The system calls are replaced by fakes, so these tests change nothing on the machine; the real
+calls are exercised by tests/integration/test_run_cli.py (with and without CAP_SYS_NICE).
+"""
+
+import errno
+import os
+
+import pytest
+
+from hil import rt
+
+
+@pytest.fixture
+def fake_os(monkeypatch):
+    state = {"policy": os.SCHED_OTHER, "priority": 0, "affinity": {0, 1}, "permitted": True, "moved": [],
+             "mlock": 0}
+
+    def setscheduler(pid, policy, param):
+        if policy == os.SCHED_FIFO and not state["permitted"]:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        state["policy"], state["priority"] = policy, param.sched_priority
+
+    def setaffinity(pid, cpus):
+        if pid == 0:
+            state["affinity"] = set(cpus)
+        else:
+            state["moved"].append((pid, set(cpus)))
+
+    monkeypatch.setattr(os, "sched_setscheduler", setscheduler)
+    monkeypatch.setattr(os, "sched_getscheduler", lambda pid: state["policy"])
+    monkeypatch.setattr(os, "sched_getparam", lambda pid: os.sched_param(state["priority"]))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(state["affinity"]))
+    monkeypatch.setattr(os, "sched_setaffinity", setaffinity)
+    monkeypatch.setattr(os, "listdir", lambda path: ["4242"] if path.endswith("/task") else [])
+    monkeypatch.setattr(rt, "lock_memory", lambda: state.__setitem__("mlock", state["mlock"] + 1))
+    monkeypatch.setattr(rt, "set_timer_slack", lambda ns=1: None)
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (0, 0))
+    return state
+
+
+def test_auto_where_permitted_is_fifo_80_pinned_to_the_last_cpu_helpers_off_it(fake_os):
+    got, warnings = rt.apply_loop_scheduling("auto", "auto", child_pids=[1234])
+    assert warnings == []
+    assert (got["policy"], got["priority"], got["cpus"], got["mlock"]) == ("SCHED_FIFO", 80, [1], True)
+    assert fake_os["moved"] == [(4242, {0})]  # the helper's thread was moved off CPU 1
+    assert got["requested"] == {"priority": "auto", "cpu": "auto"}
+
+
+def test_auto_where_not_permitted_falls_back_with_one_warning_and_no_pinning(fake_os):
+    fake_os["permitted"] = False
+    got, warnings = rt.apply_loop_scheduling("auto", "auto", child_pids=[1234])
+    assert len(warnings) == 1 and "SCHED_FIFO not permitted" in warnings[0] and "loop.priority = 0" in warnings[0]
+    assert (got["policy"], got["cpus"], got["mlock"]) == ("SCHED_OTHER", [0, 1], False)
+    assert fake_os["moved"] == [] and fake_os["mlock"] == 0
+
+
+def test_auto_uses_a_lower_rtprio_limit(fake_os, monkeypatch):
+    import resource
+
+    def setscheduler(pid, policy, param):
+        if param.sched_priority > 40:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        fake_os["policy"], fake_os["priority"] = policy, param.sched_priority
+
+    monkeypatch.setattr(os, "sched_setscheduler", setscheduler)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (40, 40))
+    got, warnings = rt.apply_loop_scheduling("auto", -1)
+    assert warnings == [] and (got["policy"], got["priority"], got["cpus"]) == ("SCHED_FIFO", 40, [0, 1])
+
+
+def test_explicit_values_keep_working(fake_os):
+    got, warnings = rt.apply_loop_scheduling(0, -1)
+    assert warnings == [] and got["policy"] == "SCHED_OTHER" and fake_os["mlock"] == 0
+    got, warnings = rt.apply_loop_scheduling(50, 0)
+    assert (got["policy"], got["priority"], got["cpus"], got["mlock"]) == ("SCHED_FIFO", 50, [0], True)
+    fake_os["permitted"] = False
+    got, warnings = rt.apply_loop_scheduling(70, -1)
+    assert len(warnings) == 1 and "SCHED_FIFO 70 not permitted" in warnings[0]
+
+
+def test_auto_on_one_cpu_does_not_pin(fake_os):
+    fake_os["affinity"] = {0}
+    got, _ = rt.apply_loop_scheduling("auto", "auto")
+    assert got["policy"] == "SCHED_FIFO" and got["cpus"] == [0] and fake_os["moved"] == []
+
+
+def test_describe():
+    assert rt.describe_scheduling({"policy": "SCHED_FIFO", "priority": 80, "cpus": [1], "mlock": True}) == \
+        "SCHED_FIFO 80 on CPU 1, memory locked"
+    assert rt.describe_scheduling({"policy": "SCHED_OTHER", "priority": 0, "cpus": [0, 1]}) == \
+        "SCHED_OTHER (normal) on CPUs 0-1"
