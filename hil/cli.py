@@ -52,6 +52,11 @@ def print_summary(console, summary: dict) -> None:
         f"  inputs: {summary['input_writes']} image writes, {summary['clipped_inputs']} clipped to bounds, "
         f"{summary['non_finite_inputs']} non-finite held, {summary['torn_input_reads']} torn reads skipped"
     )
+    from adapters.process import counters_line
+
+    for kind in ("modbus", "opcua"):  # the protocol servers' final counters
+        if summary.get(kind):
+            console.print(f"  {kind}: {counters_line(kind, summary[kind])}", markup=False)
     for w in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     if summary.get("error"):
