@@ -101,16 +101,19 @@ def stop_servers(servers: list[ServerProcess], timeout_s: float = 5.0) -> dict[s
             s.process.kill()
             s.process.join(1.0)
     out: dict[str, dict] = {}
+    dirs = set()
     for s in servers:
         if s.summary_path is None:
             continue
         path = Path(s.summary_path)
+        dirs.add(path.parent)
         try:
             out[s.kind] = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             out[s.kind] = {"error": f"{s.kind} server left no final counters "
                            f"(exit code {s.process.exitcode}): {type(exc).__name__}"}
-        shutil.rmtree(path.parent, ignore_errors=True)
+    for d in dirs:  # the servers of one start_servers call share it
+        shutil.rmtree(d, ignore_errors=True)
     return out
 
 
