@@ -30,7 +30,6 @@ from adapters.ratelog import RateLimitedLog
 
 log = logging.getLogger("hil.opcua")
 IDLE_SWEEP_MAX_S = 1.0  # idle connections are looked for at least this often (s)
-MAX_ACTIVATION_WAIT_S = 30.0  # asyncua's default wait for ActivateSession, kept unless idle is shorter
 
 
 class ConnectionLimits:
@@ -46,11 +45,12 @@ class ConnectionLimits:
         self.clients: list = []  # the listener's open connections (asyncua's list)
 
     def apply_to(self, iserver) -> None:
-        """Make asyncua's own limits agree: connection count, activation wait, session timeout."""
+        """Make asyncua's own limits agree: connection count and the longest session timeout
+        (asyncua's own wait for ActivateSession, 30 s, stays: it closes connections that talk
+        but never activate a session)."""
         iserver.max_connections = self.max_connections
         t = self.idle_timeout_s
         if t > 0:
-            iserver.max_pending_activation_seconds = min(MAX_ACTIVATION_WAIT_S, t)
             iserver.max_session_timeout_ms = 1000.0 * t
             iserver.min_session_timeout_ms = min(iserver.min_session_timeout_ms, 1000.0 * t)
 
