@@ -41,7 +41,7 @@ from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.internal_server import InternalServer
 from asyncua.server.internal_session import InternalSession, SessionState
 
-from adapters.opcua_security import channel_allowed
+from adapters.opcua_security import channel_allowed, rlog
 from adapters.opcua_types import convert
 from hil.tagmap.opcua import NodeInfo
 
@@ -204,8 +204,8 @@ class WriteGuard:
             what = info.signal if info is not None else wv.NodeId.to_string()
             var = wv.Value.Value if wv.Value is not None else None
             shown = f"{var.VariantType.name} {var.Value!r}" if var is not None else "no value"
-            log.warning("OPC UA write refused (%s): %s <- %s from %s%s", name, what, shown, st.client,
-                        f" user {st.user}" if st.user else "")
+            rlog.warning("write", "OPC UA write refused (%s): %s <- %s from %s%s", name, what, shown, st.client,
+                         f" user {st.user}" if st.user else "")
             if n == MAX_LOGGED_REJECTIONS:
                 log.warning("further refused writes of %s are only counted", st.client)
 
@@ -258,7 +258,8 @@ class GuardedSession(InternalSession):
 
     def activate_session(self, params, peer_certificate):
         if not channel_allowed(self.guard.adapter.section, peer_certificate):
-            log.warning("refused a session from %s over SecurityPolicy None (not allowed)", self.name)
+            rlog.warning("none-channel", "refused a session from %s over SecurityPolicy None (not allowed)",
+                         self.name)
             raise ServiceError(Bad.BadSecurityModeRejected)
         first = self.state == SessionState.Created
         result = super().activate_session(params, peer_certificate)
