@@ -78,6 +78,7 @@ WRITE_FCS = frozenset({5, 6, 15, 16, 22, 23})
 # (an unknown FC 8 sub-function even raises inside pymodbus): refused with ILLEGAL FUNCTION.
 SERVED_FCS = WRITE_FCS | {1, 2, 3, 4}
 IDLE_SWEEP_MAX_S = 1.0  # idle connections are looked for at least this often (s)
+MAX_CLIENT_LINES = 20  # per-client exception lines logged at shutdown
 
 
 def _request_span(pdu) -> tuple[int, int]:
@@ -309,9 +310,12 @@ def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:
              "refused, %d closed idle, %d log records dropped", t["requests"], t["writes"], t["connects"],
              t["exceptions"] or "none", t["refused_connections"], t["idle_closed"],
              server.request_log.dropped)
-    for peer, c in stats["clients"].items():
-        if c["exceptions"]:
-            log.info("modbus: client %s exceptions %s", peer, c["exceptions"])
+    with_exc = [(peer, c["exceptions"]) for peer, c in stats["clients"].items() if c["exceptions"]]
+    for peer, exc in with_exc[:MAX_CLIENT_LINES]:
+        log.info("modbus: client %s exceptions %s", peer, exc)
+    if len(with_exc) > MAX_CLIENT_LINES:
+        log.info("modbus: %d more clients had exceptions (client_stats has them all)",
+                 len(with_exc) - MAX_CLIENT_LINES)
     if request_log_path:
         server.request_log.dump(request_log_path)
     if stats_path:
