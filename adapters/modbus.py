@@ -249,6 +249,21 @@ class ImageModbusServer(ModbusTcpServer):
                                  step, publish_ns, write_seq, served_ns))
 
 
+def _shared_with_opcua(scenario, spec, cmap: CompiledMap) -> list[str]:
+    """A line naming the actuators writable over both protocols (the last write wins), if any."""
+    section = getattr(scenario, "opcua", None)
+    if section is None or not section.enabled:
+        return []
+    from hil.tagmap.opcua import resolve_nodes
+
+    ua = {n.signal for n in resolve_nodes(section, spec, scenario) if n.kind == "actuator" and n.writable}
+    both = sorted({t.signal for t in cmap.tags if t.writable} & ua)
+    if not both:
+        return []
+    return [f"{', '.join(both)} also writable over OPC UA (Actuators/<signal>): the last write of either "
+            "protocol wins"]
+
+
 def final_counters(server: ImageModbusServer) -> dict:
     """The server's totals for the run summary (JSON-able)."""
     t = server.stats.as_dict()["totals"]
@@ -277,7 +292,7 @@ async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event |
     log.info("modbus: listening on %s:%d (unit %d, %d tags, at most %d connections, idle timeout %s)",
              cmap.host, cmap.port, cmap.unit_id, len(cmap.tags), section.max_connections,
              f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off")
-    for line in describe_shared_views(cmap):
+    for line in describe_shared_views(cmap) + _shared_with_opcua(scenario, spec, cmap):
         log.info("modbus: %s", line)
     sweeper = asyncio.ensure_future(server.sweep_idle())
     if on_started is not None:
