@@ -3,7 +3,7 @@
 Run it in its own process (the loop must not share a GIL with asyncio servers):
 
     serve_forever(scenario, image_name, ready=None, stop=None, *,
-                  request_log_path=None, stats_path=None)
+                  request_log_path=None, stats_path=None, summary_path=None)
 
 blocks, attaches to the image by name, listens on [modbus] host:port (default
 127.0.0.1:5020), sets `ready` (a multiprocessing.Event) once listening and returns when
@@ -28,11 +28,24 @@ peer and time-stamps the request. It never clears the receive buffer on send (py
 default does, which loses a pipelined request's first bytes). The server is constructed
 with a placeholder SimDevice only because pymodbus's base class insists on a datastore.
 
-Function codes: 1, 2, 3, 4, 5, 6, 15, 16, 22 (mask write), 23 on the mapped tables; 7, 8,
-11, 12, 17 and 43 (identity, diagnostics) as pymodbus answers them; any other answers
-ILLEGAL FUNCTION (0x01). Pipelined requests in one TCP segment are all answered, in
-order. Unit ids served: the configured one, 0 and
-255; others answer GATEWAY TARGET FAILED TO RESPOND (0x0B), as a TCP gateway would.
+Function codes: 1, 2, 3, 4, 5, 6, 15, 16, 22 (mask write) and 23, on the mapped tables,
+and nothing else: every other code (7, 8 and all its sub-functions, 11, 12, 17, 20, 21, 24,
+43, ...) answers ILLEGAL FUNCTION (0x01) before pymodbus's own handler runs, so no
+pymodbus dummy or diagnostic path is reachable from the wire. Client-triggered events
+(unserved codes, undecodable frames, refused or idle connections, a request that failed
+inside the server) log rate-limited one-liners (adapters/ratelog.py), never a traceback
+per request. Pipelined requests in one TCP segment are all answered, in order. Unit ids
+served: the configured one, 0 and 255; others answer GATEWAY TARGET FAILED TO RESPOND
+(0x0B), as a TCP gateway would.
+
+Connections: at most `[modbus] max_connections` at once; one more is closed as soon as it
+is accepted and counted (`refused_connections`); a connection that sends nothing for
+`idle_timeout_s` seconds is closed and counted (`idle_closed`). `max_clients` only bounds
+the per-client statistics table.
+
+Final counters (`final_counters(server)`): connections, refused_connections, idle_closed,
+requests, reads, writes, exceptions by code ("0x02": n), written as JSON to
+`summary_path` at shutdown when given (adapters/process.py hands them to the loop).
 """
 
 from __future__ import annotations
@@ -54,14 +67,18 @@ from pymodbus.transaction import TransactionManager
 
 from adapters.modbus_datastore import ImageDatastore
 from adapters.modbus_log import ClientStats, RequestLog
+from adapters.ratelog import RateLimitedLog
 from hil.image import ProcessImage
-from hil.tagmap.modbus import CompiledMap, compile_map
+from hil.tagmap.modbus import CompiledMap, compile_map, describe_shared_views
 
 log = logging.getLogger("hil.modbus")
 WRITE_FCS = frozenset({5, 6, 15, 16, 22, 23})
-# Data access on the image, plus the identity/diagnostic codes pymodbus answers by itself.
-# Others (file records 20/21, FIFO 24, which pymodbus answers with dummy data) are refused.
-SERVED_FCS = WRITE_FCS | {1, 2, 3, 4, 7, 8, 11, 12, 17, 43}
+# Data access on the image, and nothing else. Every other code (diagnostics 8, identity 43,
+# 7, 11, 12, 17, file records 20/21, FIFO 24 ...) would reach pymodbus's own dummy handlers
+# (an unknown FC 8 sub-function even raises inside pymodbus): refused with ILLEGAL FUNCTION.
+SERVED_FCS = WRITE_FCS | {1, 2, 3, 4}
+IDLE_SWEEP_MAX_S = 1.0  # idle connections are looked for at least this often (s)
+MAX_CLIENT_LINES = 20  # per-client exception lines logged at shutdown
 
 
 def _request_span(pdu) -> tuple[int, int]:
@@ -85,6 +102,8 @@ class _Handler(ServerRequestHandler):
         super().__init__(owner, owner.trace_packet, owner.trace_pdu, owner.trace_connect)
         self.owner = owner
         self.peer = "?"
+        self.refused = False
+        self.last_rx_s = time.monotonic()  # last bytes received (idle timeout)
         self._tasks: set = set()  # strong references until each request is answered
 
     def callback_connected(self) -> None:
@@ -92,17 +111,41 @@ class _Handler(ServerRequestHandler):
         info = self.transport.get_extra_info("peername") if self.transport else None
         if info:
             self.peer = f"{info[0]}:{info[1]}"
-        self.owner.stats.connected(self.peer, time.monotonic_ns())
+        owner = self.owner
+        # the listener lists this connection already (pymodbus adds it before connecting)
+        if len(owner.active_connections) > owner.max_connections:
+            self.refused = True
+            owner.stats.refused()
+            owner.rlog.warning("refused", "modbus: refused a connection from %s: %d connections open "
+                               "([modbus] max_connections = %d)", self.peer,
+                               len(owner.active_connections) - 1, owner.max_connections)
+            self.close()  # not counted as a client, never served
+            return
+        self.last_rx_s = time.monotonic()
+        owner.stats.connected(self.peer, time.monotonic_ns())
 
     def callback_disconnected(self, exc: Exception | None) -> None:
         super().callback_disconnected(exc)
-        self.owner.stats.disconnected(self.peer, time.monotonic_ns())
+        if not self.refused:
+            self.owner.stats.disconnected(self.peer, time.monotonic_ns())
+
+    def close_idle(self, idle_s: float) -> None:
+        """Close this connection after `idle_s` seconds without a byte from the client."""
+        owner = self.owner
+        owner.stats.idle_closed()
+        owner.rlog.info("idle", "modbus: closed %s after %.1f s without a request ([modbus] "
+                        "idle_timeout_s = %g)", self.peer, idle_s, owner.idle_timeout_s)
+        self.close()  # pymodbus then skips callback_disconnected: account here
+        owner.stats.disconnected(self.peer, time.monotonic_ns())
 
     def send(self, data: bytes, addr: tuple | None = None) -> None:
         if self.transport and not self.transport.is_closing():
             self.transport.write(data)
 
     def callback_data(self, data: bytes, addr: tuple | None = None) -> int:
+        if self.refused:
+            return len(data)
+        self.last_rx_s = time.monotonic()
         used_total = 0
         while used_total < len(data):
             t_ns = time.monotonic_ns()
@@ -114,6 +157,8 @@ class _Handler(ServerRequestHandler):
                 response = ExceptionResponse(fc, ExcCodes.ILLEGAL_FUNCTION, device_id=exc.dev_id,
                                              transaction=exc.transaction_id)
                 self.pdu_send(response, addr)
+                self.owner.rlog.warning("undecodable", "modbus: undecodable request (function code %d) "
+                                        "from %s: ILLEGAL FUNCTION", fc & 0x7F, self.peer)
                 self.owner.account(self.peer, t_ns, fc & 0x7F, exc.dev_id or 0, 0, 0,
                                    False, int(ExcCodes.ILLEGAL_FUNCTION))
                 return len(data)
@@ -134,6 +179,9 @@ class _Handler(ServerRequestHandler):
         ds.begin()
         fc = pdu.function_code
         if fc not in SERVED_FCS:
+            sub = getattr(pdu, "sub_function_code", -1)
+            owner.rlog.warning("unserved", "modbus: %s asked for function code %d%s: ILLEGAL FUNCTION",
+                               self.peer, fc, f" sub-function {sub}" if sub is not None and sub >= 0 else "")
             response = ExceptionResponse(fc, ExcCodes.ILLEGAL_FUNCTION)
         elif pdu.dev_id not in ds.unit_ids:
             response = ExceptionResponse(fc, ExcCodes.GATEWAY_NO_RESPONSE)
@@ -142,8 +190,10 @@ class _Handler(ServerRequestHandler):
         else:
             try:
                 response = await pdu.datastore_update(ds, pdu.dev_id)
-            except Exception:  # nothing on the wire may take the server down
-                log.exception("request %s from %s failed", pdu, self.peer)
+            except Exception as exc:  # nothing on the wire may take the server down
+                owner.rlog.error("failed", "modbus: function code %d from %s failed: %s: %s",
+                                 fc, self.peer, type(exc).__name__, exc)
+                log.debug("request %s from %s failed", pdu, self.peer, exc_info=True)
                 response = ExceptionResponse(fc, ExcCodes.DEVICE_FAILURE)
         if response is None:  # e.g. "force listen only" expects no answer
             return
@@ -161,16 +211,34 @@ class ImageModbusServer(ModbusTcpServer):
     """pymodbus TCP server whose connections are served by `_Handler` over the image."""
 
     def __init__(self, cmap: CompiledMap, image: ProcessImage, *, host: str | None = None,
-                 port: int | None = None, request_log_size: int = 100_000, max_clients: int = 1024):
+                 port: int | None = None, request_log_size: int = 100_000, max_clients: int = 1024,
+                 max_connections: int = 32, idle_timeout_s: float = 120.0):
         placeholder = SimDevice(id=0, simdata=[SimData(0, datatype=DataType.REGISTERS)])
         super().__init__(placeholder, address=(host or cmap.host, cmap.port if port is None else port))
         self.datastore = ImageDatastore(cmap, image)
         self.context = self.datastore  # pymodbus's own paths (broadcast) see ours too
         self.stats = ClientStats(max_clients)
         self.request_log = RequestLog(request_log_size)
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
+        self.rlog = RateLimitedLog(log)
 
     def callback_new_connection(self):
         return _Handler(self)
+
+    async def sweep_idle(self) -> None:
+        """Close connections silent for `idle_timeout_s` (runs until cancelled; 0 = never)."""
+        timeout = self.idle_timeout_s
+        if timeout <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(IDLE_SWEEP_MAX_S, timeout / 4))
+            now = time.monotonic()
+            for handler in list(self.active_connections.values()):
+                if isinstance(handler, _Handler) and not handler.refused and not handler.is_closing:
+                    idle = now - handler.last_rx_s
+                    if idle >= timeout:
+                        handler.close_idle(idle)
 
     def account(self, peer, t_ns, fc, unit, address, count, write_attempt, exc,
                 step=-1, publish_ns=-1, write_seq=-1, served_ns=-1) -> None:
@@ -181,8 +249,32 @@ class ImageModbusServer(ModbusTcpServer):
                                  step, publish_ns, write_seq, served_ns))
 
 
+def _shared_with_opcua(scenario, spec, cmap: CompiledMap) -> list[str]:
+    """A line naming the actuators writable over both protocols (the last write wins), if any."""
+    section = getattr(scenario, "opcua", None)
+    if section is None or not section.enabled:
+        return []
+    from hil.tagmap.opcua import resolve_nodes
+
+    ua = {n.signal for n in resolve_nodes(section, spec, scenario) if n.kind == "actuator" and n.writable}
+    both = sorted({t.signal for t in cmap.tags if t.writable} & ua)
+    if not both:
+        return []
+    return [f"{', '.join(both)} also writable over OPC UA (Actuators/<signal>): the last write of either "
+            "protocol wins"]
+
+
+def final_counters(server: ImageModbusServer) -> dict:
+    """The server's totals for the run summary (JSON-able)."""
+    t = server.stats.as_dict()["totals"]
+    return {"connections": t["connects"], "refused_connections": t["refused_connections"],
+            "idle_closed": t["idle_closed"], "requests": t["requests"], "reads": t["reads"],
+            "writes": t["writes"], "exceptions": dict(sorted(t["exceptions"].items())),
+            "log_lines_suppressed": server.rlog.suppressed_total}
+
+
 async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event | None = None,
-                *, spec=None, request_log_path=None, stats_path=None,
+                *, spec=None, request_log_path=None, stats_path=None, summary_path=None,
                 on_started=None) -> ImageModbusServer:
     """Serve until `stop` is set (or the task is cancelled); returns the server (stats)."""
     from plants.base import load_plant_module
@@ -193,11 +285,16 @@ async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event |
     spec = spec or load_plant_module(scenario.plant.model).SPEC
     cmap = compile_map(section, spec, scenario)
     server = ImageModbusServer(cmap, image, request_log_size=section.request_log_size,
-                               max_clients=section.max_clients)
+                               max_clients=section.max_clients, max_connections=section.max_connections,
+                               idle_timeout_s=section.idle_timeout_s)
     stop = stop or asyncio.Event()
     await server.serve_forever(background=True)
-    log.info("modbus: listening on %s:%d (unit %d, %d tags)", cmap.host, cmap.port, cmap.unit_id,
-             len(cmap.tags))
+    log.info("modbus: listening on %s:%d (unit %d, %d tags, at most %d connections, idle timeout %s)",
+             cmap.host, cmap.port, cmap.unit_id, len(cmap.tags), section.max_connections,
+             f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off")
+    for line in describe_shared_views(cmap) + _shared_with_opcua(scenario, spec, cmap):
+        log.info("modbus: %s", line)
+    sweeper = asyncio.ensure_future(server.sweep_idle())
     if on_started is not None:
         on_started(server)
     if ready is not None:
@@ -205,20 +302,35 @@ async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event |
     try:
         await stop.wait()
     finally:
+        sweeper.cancel()
         await server.shutdown()
         _report(server, request_log_path or section.request_log, stats_path or section.client_stats)
+        if summary_path:
+            _write_json(summary_path, final_counters(server))
     return server
+
+
+def _write_json(path, data: dict) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(p)
 
 
 def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:
     stats = server.stats.as_dict()
     t = stats["totals"]
-    log.info("modbus: %d requests (%d writes) from %d clients, exceptions %s, %d log records dropped",
-             t["requests"], t["writes"], t["connects"], t["exceptions"] or "none",
+    log.info("modbus: %d requests (%d writes) over %d connections, exceptions %s, %d connections "
+             "refused, %d closed idle, %d log records dropped", t["requests"], t["writes"], t["connects"],
+             t["exceptions"] or "none", t["refused_connections"], t["idle_closed"],
              server.request_log.dropped)
-    for peer, c in stats["clients"].items():
-        if c["exceptions"]:
-            log.info("modbus: client %s exceptions %s", peer, c["exceptions"])
+    with_exc = [(peer, c["exceptions"]) for peer, c in stats["clients"].items() if c["exceptions"]]
+    for peer, exc in with_exc[:MAX_CLIENT_LINES]:
+        log.info("modbus: client %s exceptions %s", peer, exc)
+    if len(with_exc) > MAX_CLIENT_LINES:
+        log.info("modbus: %d more clients had exceptions (client_stats has them all)",
+                 len(with_exc) - MAX_CLIENT_LINES)
     if request_log_path:
         server.request_log.dump(request_log_path)
     if stats_path:
@@ -228,7 +340,8 @@ def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:
 
 
 def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
-                  request_log_path: str | None = None, stats_path: str | None = None) -> None:
+                  request_log_path: str | None = None, stats_path: str | None = None,
+                  summary_path: str | None = None) -> None:
     """Process entry point: serve the image `image_name` until `stop`, SIGTERM or SIGINT."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -254,7 +367,7 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
         watcher = asyncio.ensure_future(watch_stop())
         try:
             await serve(scenario, image, ready, done, request_log_path=request_log_path,
-                        stats_path=stats_path)
+                        stats_path=stats_path, summary_path=summary_path)
         finally:
             watcher.cancel()
 

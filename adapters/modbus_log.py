@@ -7,7 +7,8 @@ Counters (`ClientStats.as_dict()`), keyed by the client's "host:port":
                                      "connects": 1, "connected": false,
                                      "first_ns": ..., "last_ns": ...}, ...},
      "totals": {"requests": ..., "reads": ..., "writes": ..., "exceptions": {...},
-                "connects": ..., "evicted_clients": 0}}
+                "connects": ..., "evicted_clients": 0,
+                "refused_connections": 0, "idle_closed": 0}}
 
 At most `max_clients` clients are kept; beyond that the least recently active
 disconnected client is folded into the totals only (`evicted_clients` counts them), so a
@@ -57,7 +58,7 @@ class ClientStats:
         self.max_clients = max_clients
         self.clients: OrderedDict[str, dict] = OrderedDict()
         self.totals = {"requests": 0, "reads": 0, "writes": 0, "exceptions": {}, "connects": 0,
-                       "evicted_clients": 0}
+                       "evicted_clients": 0, "refused_connections": 0, "idle_closed": 0}
 
     def _client(self, peer: str, t_ns: int) -> dict:
         c = self.clients.get(peer)
@@ -83,6 +84,14 @@ class ClientStats:
         c["connects"] += 1
         c["connected"] = True
         self.totals["connects"] += 1
+
+    def refused(self) -> None:
+        """A connection beyond `[modbus] max_connections`, closed at once (no client entry)."""
+        self.totals["refused_connections"] += 1
+
+    def idle_closed(self) -> None:
+        """A connection closed by the server after `[modbus] idle_timeout_s` of silence."""
+        self.totals["idle_closed"] += 1
 
     def disconnected(self, peer: str, t_ns: int) -> None:
         c = self.clients.get(peer)

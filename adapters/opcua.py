@@ -2,11 +2,21 @@
 
 Pieces: adapters/opcua_space.py (address space, values from the image, the poll task),
 adapters/opcua_writes.py (client writes, reads, subscriptions and sessions, intercepted),
-adapters/opcua_security.py (endpoints, certificates, users, trusted clients).
+adapters/opcua_types.py (what a write of one variant type becomes in a node's data type),
+adapters/opcua_security.py (endpoints, certificates, users, trusted clients),
+adapters/opcua_limits.py (connection limit and idle timeout).
 
-Process layout: `serve_forever(scenario, image_name, ready, stop)` runs the server in the
-calling process (its own, so that asyncio never shares the loop's interpreter) until
-`stop` is set or SIGTERM/SIGINT arrives; `ready` is set once clients can connect.
+Process layout: `serve_forever(scenario, image_name, ready, stop, summary_path=None)` runs
+the server in the calling process (its own, so that asyncio never shares the loop's
+interpreter) until `stop` is set or SIGTERM/SIGINT arrives; `ready` is set once clients
+can connect. At the end it logs and (to `summary_path`, JSON) reports `final_counters`:
+sessions, connections, refused_connections, idle_closed, reads, values_read,
+writes_accepted, writes_refused (by status code name), subscriptions, monitored_items.
+
+Exposure: bound to a non-loopback host the server does not start unless users are
+configured and client certificates are trusted explicitly, or `[opcua.security] insecure`
+is true (then it logs a loud warning); the config check says the same first
+(`OpcuaSection.exposure_problems`).
 """
 
 from __future__ import annotations
@@ -17,9 +27,8 @@ import os
 import signal
 import threading
 
-from asyncua import Server
-
 from adapters import opcua_security
+from adapters.opcua_limits import ConnectionLimits, LimitedServer
 from adapters.opcua_space import MAX_POLL_S, OpcuaAdapter
 from adapters.opcua_writes import GuardedInternalServer
 from hil.image import H_PERIOD_NS, ProcessImage
@@ -86,12 +95,32 @@ def _share_scalar_datavalues() -> None:
 
 
 
+def check_exposure(section: OpcuaSection) -> None:
+    """Refuse (RuntimeError naming the keys) to serve a non-loopback host without users and
+    trusted client certificates, unless `security.insecure`; warn loudly when insecure."""
+    problems = section.exposure_problems()
+    if problems:
+        raise RuntimeError("OPC UA server not started: " + "; ".join(f"{k}: {r}" for k, r in problems))
+    if not section.loopback and section.security.insecure:
+        missing = [w for w, ok in (("no [opcua.users]: anonymous sessions may write actuators", section.users),
+                                   ("no trusted_clients_dir: any client certificate is accepted",
+                                    section.security.trusted_clients_dir)) if not ok]
+        log.warning("!!! INSECURE OPC UA server on non-loopback host %s (opcua.security.insecure = true)%s",
+                    section.host, ": " + "; ".join(missing) if missing else "")
+
+
 async def start_server(section: OpcuaSection, spec, scenario, image: ProcessImage, period_s: float):
-    """Build, configure and start the server; returns (server, adapter)."""
+    """Build, configure and start the server; returns (server, adapter).
+
+    The server's connection counters are `server.hil_limits` (adapters/opcua_limits.py).
+    """
+    check_exposure(section)
     _share_scalar_datavalues()
     iserver = GuardedInternalServer(user_manager=opcua_security.ConfiguredUsers(section))
-    server = Server(iserver=iserver)
+    server = LimitedServer(iserver=iserver)
+    server.hil_limits = ConnectionLimits(section.max_connections, section.idle_timeout_s)
     await server.init()
+    server.hil_limits.apply_to(iserver)
     server.set_endpoint(section.endpoint_url())
     server.set_server_name(section.server_name)
     await server.set_application_uri(section.application_uri)
@@ -111,26 +140,42 @@ def _period_s(scenario, image: ProcessImage) -> float:
     return MAX_POLL_S if scenario.loop is None else min(scenario.loop.period_s, MAX_POLL_S)
 
 
+def final_counters(adapter: OpcuaAdapter, limits: ConnectionLimits) -> dict:
+    """The server's totals for the run summary (JSON-able)."""
+    g = adapter.counters()
+    lim = limits.as_dict()
+    return {"sessions": g["sessions"], "connections": lim["connections"],
+            "refused_connections": lim["refused_connections"], "idle_closed": lim["idle_closed"],
+            "reads": g["reads"], "values_read": g["values_read"], "writes_accepted": g["accepted"],
+            "writes_refused": dict(sorted(g["rejected_by_code"].items())),
+            "subscriptions": g["subscriptions"], "monitored_items": g["monitored_items"]}
+
+
 async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, spec=None) -> dict:
-    """Serve until `stop` is set; returns the write counters."""
+    """Serve until `stop` is set; returns `final_counters`."""
     from plants.base import load_plant_module
 
     section = scenario.opcua if scenario.opcua is not None else OpcuaSection()
     spec = spec or load_plant_module(scenario.plant.model).SPEC
     server, adapter = await start_server(section, spec, scenario, image, _period_s(scenario, image))
-    log.info("OPC UA server on %s (namespace %s, %d nodes, sampling every %.1f ms)",
-             section.endpoint_url(), section.namespace(scenario.name), len(adapter.nodes), 1e3 * adapter.poll_s)
+    limits = server.hil_limits
+    log.info("OPC UA server on %s (namespace %s, %d nodes, sampling every %.1f ms, at most %d connections, "
+             "idle timeout %s)", section.endpoint_url(), section.namespace(scenario.name), len(adapter.nodes),
+             1e3 * adapter.poll_s, section.max_connections,
+             f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off")
+    sweeper = asyncio.ensure_future(limits.sweep_idle())
     try:
         if ready is not None:
             ready.set()
         await adapter.poll(stop)
     finally:
+        sweeper.cancel()
         await server.stop()
         log.info("OPC UA sampler: %d samples, %d postponed under load", adapter.samples, adapter.shed)
-    return adapter.counters()
+    return final_counters(adapter, limits)
 
 
-def serve_forever(scenario, image_name: str, ready=None, stop=None) -> None:
+def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None) -> None:
     """Run the OPC UA server for `scenario` over the image `image_name` (blocking).
 
     `ready` (e.g. multiprocessing.Event) is set once clients can connect; the server stops
@@ -160,7 +205,23 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None) -> None:
                 watcher.cancel()
 
     try:
-        counters = asyncio.run(main())
-        log.info("OPC UA server stopped: %d writes accepted, %d refused", counters["accepted"], counters["rejected"])
+        c = asyncio.run(main())
+        log.info("OPC UA server stopped: %d sessions over %d connections (%d refused, %d closed idle), "
+                 "%d reads, writes %d accepted, refused %s, %d subscriptions, %d monitored items",
+                 c["sessions"], c["connections"], c["refused_connections"], c["idle_closed"], c["reads"],
+                 c["writes_accepted"], c["writes_refused"] or "none", c["subscriptions"], c["monitored_items"])
+        if summary_path:
+            _write_json(summary_path, c)
     finally:
         image.close()
+
+
+def _write_json(path, data: dict) -> None:
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(p)

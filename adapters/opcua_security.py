@@ -25,10 +25,12 @@ from asyncua import ua
 from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.user_managers import UserManager
 
+from adapters.ratelog import RateLimitedLog
 from hil import certs
 from hil.tagmap.opcua import OpcuaSection
 
 log = logging.getLogger("hil.opcua")
+rlog = RateLimitedLog(log)  # refusals a client can repeat at will (password guessing)
 
 
 class ConfiguredUsers(UserManager):
@@ -41,12 +43,12 @@ class ConfiguredUsers(UserManager):
     def get_user(self, iserver, username=None, password=None, certificate=None):
         if username is None:
             if not self._anonymous:
-                log.warning("refused an anonymous session (users are configured)")
+                rlog.warning("anonymous", "refused an anonymous session (users are configured)")
                 return None
             return User(role=UserRole.User, name=None)
         stored = self._users.get(username)
         if stored is None or not certs.verify_password(stored, password):
-            log.warning("refused user %r: unknown user or wrong password", username)
+            rlog.warning("user", "refused user %r: unknown user or wrong password", username)
             return None
         return User(role=UserRole.User, name=username)
 
@@ -140,7 +142,7 @@ def make_client_validator(directory: str | Path):
         der = cert.public_bytes(serialization.Encoding.DER)
         if der not in trusted:
             uri = getattr(app_description, "ApplicationUri", "?")
-            log.warning("refused client certificate of %s: not in %s", uri, directory)
+            rlog.warning("certificate", "refused client certificate of %s: not in %s", uri, directory)
             raise ServiceError(ua.StatusCodes.BadCertificateUntrusted)
 
     return validate

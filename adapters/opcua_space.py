@@ -9,9 +9,12 @@ Signal variables are AnalogItemType instances (Boolean ones BaseDataVariableType
 DataType, Description (with the unit), AccessLevel = CurrentRead (+ CurrentWrite for
 writable actuators), MinimumSamplingInterval, and the properties EURange (Range, plant
 units) and EngineeringUnits (EUInformation: UN/ECE code when the unit is known, else
-UnitId -1 with the unit as display name). NodeIds are strings in the scenario's namespace:
-"<scenario>" (the folder), "<scenario>.Sensors", "<scenario>.Sensors.<signal>",
-"<scenario>.Actuators.<signal>", "<scenario>.Status.Step"...
+UnitId -1 with the unit as display name). One name per signal: a variable's BrowseName is
+the signal name (namespace: the scenario's) and its NodeId the string
+"<scenario>.<Folder>.<signal>" in that namespace ("<scenario>" is the folder,
+"<scenario>.Sensors", "<scenario>.Status.Step"...), so the browse path
+Objects/<scenario>/Sensors/<signal> resolves to ns=<i>;s=<scenario>.Sensors.<signal>. Only
+the DisplayName may differ ([[opcua.nodes]] display_name).
 
 Values: `refresh()` copies what changed in the image into the nodes, with SourceTimestamp =
 wall-clock time of the loop's publish (actuators: of the last input write) and quality
@@ -235,7 +238,7 @@ class OpcuaAdapter:
         vtype = getattr(ua.VariantType, info.data_type)
         desc = f"{info.description} [{info.unit}]"
         analog = info.data_type != "Boolean"
-        attrs = _attrs(info.browse_name, desc, vtype, info.writable, self.section.min_sampling_interval_ms)
+        attrs = _attrs(info.display_name, desc, vtype, info.writable, self.section.min_sampling_interval_ms)
         tdef = ua.ObjectIds.AnalogItemType if analog else ua.ObjectIds.BaseDataVariableType
         items = [_item(nid, parent, ua.QualifiedName(info.browse_name, self.ns_index), attrs,
                        ua.ObjectIds.HasComponent, tdef)]

@@ -9,8 +9,11 @@ own services:
 - write: every WriteValue aimed at hil's namespace is decided here (`WriteGuard.check`):
   non-Value attribute, sensor, applied value, status or folder -> BadNotWritable; anonymous
   session while users exist -> BadUserAccessDenied; IndexRange on a scalar ->
-  BadIndexRangeInvalid; null, array or a variant type other than the node's DataType ->
-  BadTypeMismatch; non-finite or outside the node's EU range -> BadOutOfRange. The accepted
+  BadIndexRangeInvalid; null, array, or a value the node's DataType cannot represent (the
+  conversions of adapters/opcua_types.py: a Float, Int32 ... to a Double node is fine, a
+  fraction to an integer node is not) -> BadTypeMismatch; non-finite, beyond the data type
+  or outside the node's EU range -> BadOutOfRange (a float32 within its round-off of an EU
+  bound is clamped to it). The accepted
   values of one request go to the process image in one atomic `write_inputs`, then to the
   nodes (so subscriptions see them at once). Writes to other namespaces go to asyncua's
   attribute service (which checks AccessLevel for non-admin users). Every outcome is
@@ -36,13 +39,15 @@ from asyncua import ua
 from asyncua.common.utils import ServiceError
 from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.internal_server import InternalServer
-from asyncua.server.internal_session import InternalSession
+from asyncua.server.internal_session import InternalSession, SessionState
 
-from adapters.opcua_security import channel_allowed
+from adapters.opcua_security import channel_allowed, rlog
+from adapters.opcua_types import convert
 from hil.tagmap.opcua import NodeInfo
 
 log = logging.getLogger("hil.opcua")
 MAX_LOGGED_REJECTIONS = 20  # per session; later ones are only counted
+FLOAT32_EPS = 2.0 ** -23  # relative spacing of float32 values (round-off accepted at an EU bound)
 Bad = ua.StatusCodes
 
 
@@ -76,6 +81,11 @@ class WriteGuard:
         self.accepted_total = 0
         self.rejected_total = 0
         self.rejected_by_code: Counter = Counter()
+        self.sessions_activated = 0  # sessions activated (first activation only)
+        self.reads = 0  # Read service calls
+        self.values_read = 0  # attributes read by them
+        self.subscriptions = 0  # subscriptions created
+        self.monitored_items = 0  # monitored items created (Good results)
 
     # ---- bookkeeping ----
     def stats(self, session) -> SessionStats:
@@ -101,6 +111,11 @@ class WriteGuard:
             "accepted": self.accepted_total,
             "rejected": self.rejected_total,
             "rejected_by_code": dict(self.rejected_by_code),
+            "sessions": self.sessions_activated,
+            "reads": self.reads,
+            "values_read": self.values_read,
+            "subscriptions": self.subscriptions,
+            "monitored_items": self.monitored_items,
             "open_sessions": [s.as_dict() for s in self.sessions.values()],
             "closed_sessions_by_client": [s.as_dict() for s in self.clients.values()],
         }
@@ -123,20 +138,26 @@ class WriteGuard:
         if dv is None or (dv.StatusCode is not None and not dv.StatusCode.is_good()):
             return Bad.BadWriteNotSupported, info, 0.0
         var = dv.Value
-        expected = getattr(ua.VariantType, info.data_type)
-        if var is None or var.is_array or var.VariantType != expected or var.Value is None:
+        if var is None or var.is_array or var.Value is None:
             return Bad.BadTypeMismatch, info, 0.0
+        code, v = convert(info.data_type, var.VariantType, var.Value)
+        if code != Bad.Good:
+            return code, info, 0.0
         if info.data_type == "Boolean":
-            if not isinstance(var.Value, bool):
-                return Bad.BadTypeMismatch, info, 0.0
-            return Bad.Good, info, info.eu_high if var.Value else info.eu_low
-        try:
-            x = float(var.Value)
-        except (TypeError, ValueError, OverflowError):
-            return Bad.BadTypeMismatch, info, 0.0
-        if not math.isfinite(x) or x < info.eu_low or x > info.eu_high:
-            return Bad.BadOutOfRange, info, 0.0
-        return Bad.Good, info, x
+            return Bad.Good, info, info.eu_high if v else info.eu_low
+        x = float(v)
+        lo, hi = info.eu_low, info.eu_high
+        if lo <= x <= hi:
+            return Bad.Good, info, x
+        if var.VariantType == ua.VariantType.Float or info.data_type == "Float":
+            # a float32 cannot hold every bound (a REAL 0.1 is 0.1000000015): accept within
+            # float32 round-off of a bound, clamped to it
+            tol = max(abs(lo), abs(hi)) * FLOAT32_EPS
+            if lo - tol <= x < lo:
+                return Bad.Good, info, lo
+            if hi < x <= hi + tol:
+                return Bad.Good, info, hi
+        return Bad.BadOutOfRange, info, 0.0
 
     async def write(self, session: "GuardedSession", params: ua.WriteParameters, user) -> list[ua.StatusCode]:
         a = self.adapter
@@ -183,8 +204,8 @@ class WriteGuard:
             what = info.signal if info is not None else wv.NodeId.to_string()
             var = wv.Value.Value if wv.Value is not None else None
             shown = f"{var.VariantType.name} {var.Value!r}" if var is not None else "no value"
-            log.warning("OPC UA write refused (%s): %s <- %s from %s%s", name, what, shown, st.client,
-                        f" user {st.user}" if st.user else "")
+            rlog.warning("write", "OPC UA write refused (%s): %s <- %s from %s%s", name, what, shown, st.client,
+                         f" user {st.user}" if st.user else "")
             if n == MAX_LOGGED_REJECTIONS:
                 log.warning("further refused writes of %s are only counted", st.client)
 
@@ -203,6 +224,8 @@ class GuardedSession(InternalSession):
 
     async def read(self, params: ua.ReadParameters) -> list[ua.DataValue]:
         adapter = self.guard.adapter
+        self.guard.reads += 1
+        self.guard.values_read += len(params.NodesToRead or ())
         await adapter.refresh()
         results = await super().read(params)
         if adapter.section.users and getattr(self.user, "name", None) is None:
@@ -219,7 +242,9 @@ class GuardedSession(InternalSession):
             params.RequestedPublishingInterval = floor
         elif req > 3_600_000.0:
             params.RequestedPublishingInterval = 3_600_000.0
-        return await super().create_subscription(params, callback, request_callback)
+        result = await super().create_subscription(params, callback, request_callback)
+        self.guard.subscriptions += 1
+        return result
 
     async def create_monitored_items(self, params: ua.CreateMonitoredItemsParameters):
         await self.guard.adapter.refresh()  # the initial notification must be current
@@ -227,15 +252,21 @@ class GuardedSession(InternalSession):
             rp = item.RequestedParameters
             if rp.QueueSize == 0:
                 rp.QueueSize = 1
-        return await super().create_monitored_items(params)
+        results = await super().create_monitored_items(params)
+        self.guard.monitored_items += sum(1 for r in results if r.StatusCode.is_good())
+        return results
 
     def activate_session(self, params, peer_certificate):
         if not channel_allowed(self.guard.adapter.section, peer_certificate):
-            log.warning("refused a session from %s over SecurityPolicy None (not allowed)", self.name)
+            rlog.warning("none-channel", "refused a session from %s over SecurityPolicy None (not allowed)",
+                         self.name)
             raise ServiceError(Bad.BadSecurityModeRejected)
+        first = self.state == SessionState.Created
         result = super().activate_session(params, peer_certificate)
         st = self.guard.stats(self)
         st.user = getattr(self.user, "name", None)
+        if first:
+            self.guard.sessions_activated += 1
         return result
 
     async def close_session(self, delete_subs: bool = True) -> None:

@@ -8,13 +8,22 @@ waits for them (seqlocks, no lock on the loop side).
 `start_servers` returns once every server listens (or raises, after stopping the ones that
 did start), so a PLC that connects right after `hil run` prints its first status line finds
 the servers up.
+
+Final counters: each server writes its totals as JSON (`summary_path`, a file in a private
+temporary directory made by `start_servers`) when it stops; `stop_servers` returns them as
+{"modbus": {...}, "opcua": {...}} for the run summary (a server that left none gives
+{"error": "..."}). Fields: adapters.modbus.final_counters, adapters.opcua.final_counters.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 SERVERS = {
     "modbus": "adapters.modbus",
@@ -27,6 +36,7 @@ class ServerProcess:
     kind: str
     process: mp.Process
     stop: object  # multiprocessing.Event
+    summary_path: str | None = None  # the server's final counters (JSON), written when it stops
 
 
 def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwargs: dict) -> None:
@@ -64,16 +74,20 @@ def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
     """
     ctx = mp.get_context("spawn")
     started: list[ServerProcess] = []
+    counters_dir = tempfile.mkdtemp(prefix="hil-servers-")  # 0700, removed by stop_servers
     try:
         for kind, module_name in SERVERS.items():
             if getattr(scenario, kind) is None:
                 continue
             ready, stop = ctx.Event(), ctx.Event()
-            kwargs = {"request_log_path": modbus_request_log} if kind == "modbus" and modbus_request_log else {}
+            summary_path = str(Path(counters_dir) / f"{kind}.json")
+            kwargs: dict = {"summary_path": summary_path}
+            if kind == "modbus" and modbus_request_log:
+                kwargs["request_log_path"] = modbus_request_log
             proc = ctx.Process(target=_server_main, args=(module_name, scenario, image_name, ready, stop, kwargs),
                                name=f"hil-{kind}", daemon=True)
             proc.start()
-            started.append(ServerProcess(kind, proc, stop))
+            started.append(ServerProcess(kind, proc, stop, summary_path))
             if not _wait_ready(ready, proc, timeout_s):
                 section = getattr(scenario, kind)
                 where = f"{kind} server on {section.host}:{section.port}"
@@ -82,12 +96,18 @@ def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
                                    if code is not None else f"{where} did not start within {timeout_s:g} s")
     except BaseException:
         stop_servers(started)
+        shutil.rmtree(counters_dir, ignore_errors=True)
         raise
+    if not started:
+        shutil.rmtree(counters_dir, ignore_errors=True)
     return started
 
 
-def stop_servers(servers: list[ServerProcess], timeout_s: float = 5.0) -> None:
-    """Ask each server to stop, then terminate and kill what is left."""
+def stop_servers(servers: list[ServerProcess], timeout_s: float = 5.0) -> dict[str, dict]:
+    """Ask each server to stop, then terminate and kill what is left.
+
+    Returns each server's final counters by kind ({"modbus": {...}, "opcua": {...}}).
+    """
     for s in servers:
         s.stop.set()
     for s in servers:
@@ -98,3 +118,36 @@ def stop_servers(servers: list[ServerProcess], timeout_s: float = 5.0) -> None:
         if s.process.is_alive():
             s.process.kill()
             s.process.join(1.0)
+    out: dict[str, dict] = {}
+    dirs = set()
+    for s in servers:
+        if s.summary_path is None:
+            continue
+        path = Path(s.summary_path)
+        dirs.add(path.parent)
+        try:
+            out[s.kind] = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            out[s.kind] = {"error": f"{s.kind} server left no final counters "
+                           f"(exit code {s.process.exitcode}): {type(exc).__name__}"}
+    for d in dirs:  # the servers of one start_servers call share it
+        shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def _codes(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) if d else "none"
+
+
+def counters_line(kind: str, c: dict) -> str:
+    """One human line of a server's final counters (the `hil run` summary)."""
+    if "error" in c:
+        return c["error"]
+    if kind == "modbus":
+        return (f"{c['connections']} connections ({c['refused_connections']} refused, {c['idle_closed']} closed "
+                f"idle), {c['requests']} requests ({c['reads']} reads, {c['writes']} writes), "
+                f"exceptions: {_codes(c['exceptions'])}")
+    return (f"{c['sessions']} sessions, {c['connections']} connections ({c['refused_connections']} refused, "
+            f"{c['idle_closed']} closed idle), {c['reads']} reads, writes {c['writes_accepted']} accepted, "
+            f"refused: {_codes(c['writes_refused'])}, {c['subscriptions']} subscriptions, "
+            f"{c['monitored_items']} monitored items")

@@ -101,6 +101,11 @@ def print_summary(console, summary: dict) -> None:
         from hil.rt import describe_scheduling
 
         console.print(f"  scheduling: {describe_scheduling(summary['scheduling'])}")
+    from adapters.process import counters_line
+
+    for kind in ("modbus", "opcua"):  # the protocol servers' final counters
+        if summary.get(kind):
+            console.print(f"  {kind}: {counters_line(kind, summary[kind])}", markup=False)
     for w in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     if summary.get("error"):

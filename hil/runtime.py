@@ -262,7 +262,7 @@ class Runtime:
             self._policy_handles = None
 
     def _stop_children(self) -> dict:
-        """Stop helper processes; returns the safety wrapper's final counters, if any."""
+        """Stop helper processes; returns the safety wrapper's and the servers' final counters."""
         extra: dict = {}
         if self._policy_handles is not None:
             from hil.safety import launch
@@ -277,7 +277,7 @@ class Runtime:
         if self._children:
             from adapters.process import stop_servers
 
-            stop_servers(self._children)
+            extra.update(stop_servers(self._children))  # final counters: "modbus", "opcua"
             self._children = []
         return extra
 

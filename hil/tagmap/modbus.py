@@ -7,6 +7,9 @@
     request_log_size = 100000   # requests kept in memory (ring) for the latency log
     request_log = "runs/modbus-requests.parquet"   # optional: dumped at shutdown (.jsonl too)
     client_stats = "runs/modbus-clients.json"      # optional: per-client counters at shutdown
+    max_clients = 1024      # per-client counters kept (statistics table only, not a limit)
+    max_connections = 32    # simultaneous connections; one more is closed at once, counted
+    idle_timeout_s = 120.0  # a connection silent this long (s) is closed; 0 = never
 
     [[modbus.map]]
     signal = "glucose"      # a plant output (sensor) or input (actuator) of the spec
@@ -17,6 +20,22 @@
     offset = 0.0            # value in the signal's plant unit, raw as encoded on the wire
     word_order = "big"      # multi-register: "big" = most significant register first
     byte_order = "big"      # within each register: "big" = high byte first (Modbus)
+    eng_low = 0.0           # optional engineering range of this view (plant unit), both or
+    eng_high = 60.0         # neither: writes outside answer ILLEGAL DATA VALUE (0x03)
+
+Engineering range: by default a view covers the signal's physical bounds (the spec's), and
+an integer encoding must represent all of them after scale and offset. `eng_low`/`eng_high`
+narrow one view to a sub-range of those bounds (a 16-bit view of 0..60 % of a 0..100 %
+valve with scale = 1000, say): only that sub-range must fit the encoding, a write outside
+it (beyond the encoding's round-off, which is clamped) answers ILLEGAL DATA VALUE, and a
+read of a value outside it saturates at the encoding's limits (or reads beyond the range
+where the encoding still holds it).
+
+Several views of one signal (a float32 and a scaled 16-bit view of the same actuator, or
+a sensor in two tables) are allowed on purpose: 16-bit-only masters and float masters can
+share a plant. Writable views of one actuator all write the same image input, so the last
+write wins (whatever the protocol: an OPC UA Actuators node is one more view); the server
+logs at start which views share a signal (`describe_shared_views`).
 
 Scale and offset apply to every register encoding; integer encodings round the raw value
 to the nearest integer (so scale = 10 gives a resolution of 0.1 plant unit) and a read of
@@ -90,6 +109,8 @@ class RegisterMap(StrictModel):
     source: Literal["command", "applied"] | None = Field(
         default=None, description="inputs only: commanded (default) or applied value"
     )
+    eng_low: float | None = Field(default=None, description="engineering range of this view, low (plant unit)")
+    eng_high: float | None = Field(default=None, description="engineering range of this view, high (plant unit)")
     threshold: float | None = Field(default=None, description="bit tables: value >= threshold")
     on_value: float | None = Field(default=None, description="coil written 1 -> value")
     off_value: float | None = Field(default=None, description="coil written 0 -> value")
@@ -101,12 +122,18 @@ class RegisterMap(StrictModel):
             raise ValueError(f"{v} must be finite and non-zero")
         return v
 
-    @field_validator("offset", "threshold", "on_value", "off_value")
+    @field_validator("offset", "threshold", "on_value", "off_value", "eng_low", "eng_high")
     @classmethod
     def _finite(cls, v: float | None) -> float | None:
         if v is not None and not math.isfinite(v):
             raise ValueError(f"{v} is not finite")
         return v
+
+    def view_range(self, q) -> tuple[float, float]:
+        """[low, high] this view accepts and must encode, plant unit: eng_low/eng_high or the bounds."""
+        if self.eng_low is not None and self.eng_high is not None:
+            return self.eng_low, self.eng_high
+        return q.low, q.high
 
     @property
     def effective_encoding(self) -> str:
@@ -132,7 +159,13 @@ class ModbusSection(StrictModel):
     request_log_size: int = Field(
         default=100_000, ge=0, le=10_000_000, description="requests kept for the latency log"
     )
-    max_clients: int = Field(default=1024, ge=1, description="per-client counters kept")
+    max_clients: int = Field(default=1024, ge=1, description="per-client counters kept (statistics only)")
+    max_connections: int = Field(
+        default=32, ge=1, le=10_000,
+        description="simultaneous TCP connections; more are closed at once and counted as refused")
+    idle_timeout_s: float = Field(
+        default=120.0, ge=0.0, le=86_400.0,
+        description="close a connection silent for this long, s; 0 = never")
     request_log: str | None = Field(
         default=None, description="write the request log here at shutdown (.jsonl or .parquet)")
     client_stats: str | None = Field(
@@ -222,6 +255,24 @@ def _check_entries(section: ModbusSection, spec, scenario, problems: list) -> No
             elif (drv := _driver(scenario, e.signal)) != "plc":
                 problems.append((f"{key}.writable", f"input {e.signal!r} is driven by {drv!r} "
                                  f"(inputs.{e.signal}.driver); only 'plc' inputs are writable"))
+        if (e.eng_low is None) != (e.eng_high is None):
+            missing = "eng_high" if e.eng_high is None else "eng_low"
+            problems.append((f"{key}.{missing}", "eng_low and eng_high go together: give both or neither"))
+            continue
+        if e.eng_low is not None:
+            if enc == "bool":
+                problems.append((f"{key}.eng_low", "an engineering range is for register views, not bool "
+                                 "(use threshold / on_value / off_value)"))
+                continue
+            if not e.eng_low < e.eng_high:
+                problems.append((f"{key}.eng_high", f"{e.eng_high:g} must be above eng_low {e.eng_low:g}"))
+                continue
+            bad = [(n, v) for n, v in (("eng_low", e.eng_low), ("eng_high", e.eng_high)) if outside_bounds(v, q)]
+            if bad:
+                for n, v in bad:
+                    problems.append((f"{key}.{n}", f"{v:g} {q.unit} is outside the physical bounds "
+                                     f"[{q.low:g}, {q.high:g}] {q.unit} of {e.signal!r}"))
+                continue
         if enc == "bool":
             _check_bits(e, key, q, writable, problems)
         else:
@@ -260,15 +311,18 @@ def _check_range(e: RegisterMap, key: str, q, problems: list) -> None:
     _, _, rmin, rmax, is_int = ENCODINGS[enc]
     if not is_int:
         return
-    if not (math.isfinite(q.low) and math.isfinite(q.high)):
+    low, high = e.view_range(q)
+    if not (math.isfinite(low) and math.isfinite(high)):
         problems.append((f"{key}.encoding", f"{enc} cannot represent {q.name}'s unbounded range "
-                         f"[{q.low}, {q.high}] {q.unit}; use float32/float64"))
+                         f"[{low}, {high}] {q.unit}; use float32/float64 or give eng_low/eng_high"))
         return
-    r = sorted(((q.low - e.offset) * e.scale, (q.high - e.offset) * e.scale))
+    r = sorted(((low - e.offset) * e.scale, (high - e.offset) * e.scale))
     if r[0] < rmin - 0.5 or r[1] > rmax + 0.5:
+        what = "engineering range" if e.eng_low is not None else "bounds"
+        hint = "" if e.eng_low is not None else " (or narrow this view with eng_low/eng_high)"
         problems.append((f"{key}.scale", f"{enc} with scale {e.scale:g} and offset {e.offset:g} "
-                         f"cannot represent {q.name}'s bounds [{q.low}, {q.high}] {q.unit}: raw "
-                         f"{r[0]:g}..{r[1]:g} is outside {rmin}..{rmax}"))
+                         f"cannot represent {q.name}'s {what} [{low}, {high}] {q.unit}: raw "
+                         f"{r[0]:g}..{r[1]:g} is outside {rmin}..{rmax}{hint}"))
 
 
 # ---------------------------------------------------------------------------- compiled form
@@ -299,7 +353,8 @@ class Tag:
     """One compiled map entry. Values in the signal's plant unit, raw as on the wire.
 
     kind: "output" (sensor) or "input" (actuator); index: position in the image array;
-    source: "measured" (outputs), "command" or "applied" (inputs).
+    source: "measured" (outputs), "command" or "applied" (inputs). low, high: the range
+    this view accepts on writes (its eng_low/eng_high, else the signal's physical bounds).
     """
 
     key: str
@@ -387,6 +442,35 @@ class CompiledMap:
     def tags_for(self, signal: str, writable: bool | None = None) -> list[Tag]:
         return [t for t in self.tags if t.signal == signal and (writable is None or t.writable == writable)]
 
+    def shared_views(self) -> dict[tuple[str, str], tuple[Tag, ...]]:
+        """(signal, source) -> its tags, for every signal value served by more than one tag."""
+        groups: dict[tuple[str, str], list[Tag]] = {}
+        for t in self.tags:
+            groups.setdefault((t.signal, t.source), []).append(t)
+        return {k: tuple(v) for k, v in groups.items() if len(v) > 1}
+
+
+def describe_tag(t: Tag) -> str:
+    """e.g. 'holding_register 4 uint16 x100 [0, 60] (modbus.map[11])'."""
+    enc = t.encoding
+    if enc != "bool" and (t.scale != 1.0 or t.offset != 0.0):
+        enc += f" x{t.scale:g}" + (f" offset {t.offset:g}" if t.offset else "")
+    return f"{t.table} {t.address} {enc} [{t.low:g}, {t.high:g}] ({t.key})"
+
+
+def describe_shared_views(cmap: CompiledMap) -> list[str]:
+    """One line per signal with several views, writable ones first (logged at server start)."""
+    lines = []
+    for (signal, source), tags in sorted(cmap.shared_views().items(),
+                                         key=lambda kv: (not any(t.writable for t in kv[1]), kv[0])):
+        views = "; ".join(describe_tag(t) for t in tags)
+        writers = sum(t.writable for t in tags)
+        if writers > 1:
+            lines.append(f"{signal} is written through {writers} views, the last write wins: {views}")
+        else:
+            lines.append(f"{signal} ({source}) is served by {len(tags)} views: {views}")
+    return lines
+
 
 def compile_map(section: ModbusSection, spec, scenario) -> CompiledMap:
     """Build the lookup tables once; raises ConfigError if the section is invalid."""
@@ -400,13 +484,14 @@ def compile_map(section: ModbusSection, spec, scenario) -> CompiledMap:
     for i, e in enumerate(section.map):
         kind = signal_kind(spec, e.signal)
         q = spec.quantity(kind + "s", e.signal)
+        low, high = e.view_range(q)
         source = "measured" if kind == "output" else (e.source or "command")
         tag = Tag(
             key=f"modbus.map[{i}]", signal=e.signal, kind=kind,
             index=spec.index(kind + "s", e.signal), source=source, table=e.table,
             address=e.address, encoding=e.effective_encoding, n_words=e.n_words,
             scale=e.scale, offset=e.offset, word_order=e.word_order, byte_order=e.byte_order,
-            writable=effective_writable(e, kind, scenario), low=q.low, high=q.high,
+            writable=effective_writable(e, kind, scenario), low=low, high=high,
             threshold=e.threshold if e.threshold is not None else 0.5 * (q.low + q.high),
             on_value=e.on_value if e.on_value is not None else q.high,
             off_value=e.off_value if e.off_value is not None else q.low,

@@ -1,8 +1,12 @@
 """The [opcua] section: the OPC UA server's endpoint, security, users and nodes.
 
     [opcua]
-    host = "127.0.0.1"              # bind address; a non-loopback host needs explicit allow_none
+    host = "127.0.0.1"              # bind address; a non-loopback host needs users AND trusted
+                                    # client certificates (or security.insecure = true)
     port = 4840
+    max_connections = 32            # simultaneous TCP connections; more are closed and counted
+    idle_timeout_s = 300.0          # close a connection silent this long (s); 0 = never. Also
+                                    # caps the session timeout a client may negotiate
     endpoint_path = "/hil"          # endpoint URL opc.tcp://<host>:<port>/hil
     application_uri = "urn:hil:opcua:server"   # must be in the certificate (hil certs)
     namespace_uri = "urn:hil:<scenario name>"  # default
@@ -18,13 +22,15 @@
     generate_missing = true         # create them (as `hil certs` does) when missing
     trusted_clients_dir = "certs/trusted"   # optional: only these client certs may connect
     allow_anonymous = false         # default: true without users, false with users
+    insecure = false                # true: serve a non-loopback host without users or trusted
+                                    # client certificates (anyone on the network may write)
 
     [opcua.users]                   # username = password, or a hash from `hil certs --hash-password`
     operator = "pbkdf2-sha256$200000$...$..."
 
     [[opcua.nodes]]                 # optional per-signal overrides
-    signal = "glucose"
-    browse_name = "GlucoseConcentration"
+    signal = "glucose"              # browse name and node id are always the signal name
+    display_name = "Glucose"        # what browsers show (default: the signal name)
     data_type = "Float"             # Double (default) Float Boolean SByte Byte Int16 UInt16 Int32 ...
     eu_range = [0.0, 100.0]         # within the spec's physical bounds (default: those bounds)
     unit = "g/L"                    # EngineeringUnits display name (default: the spec's unit)
@@ -35,8 +41,21 @@
 Default address space (adapters/opcua.py): every plant output is a read-only sensor node
 `Objects/<scenario>/Sensors/<signal>`, every input whose driver is "plc" a writable actuator
 node `.../Actuators/<signal>`, and every input's applied value a read-only node
-`.../Applied/<signal>`. Writes outside a node's EU range are refused (BadOutOfRange).
+`.../Applied/<signal>`. One name per signal: the browse name of a signal's node is the
+signal name (in the scenario's namespace) and its string NodeId is
+"<scenario>.<Folder>.<signal>", so `Objects/<scenario>/Sensors/dissolved_oxygen` is a
+valid browse path; only the DisplayName may differ (`display_name`).
+
+Data types: each node's `data_type` is what it serves and declares; writes of any numeric
+variant type convert as commercial servers do (adapters/opcua_types.py): exactly, or within
+the variable's precision (a Double to a Float variable rounds to float32), an integral
+float to an integer variable; a fraction to an integer variable is BadTypeMismatch, a value
+beyond the data type or the node's EU range BadOutOfRange.
 When users are configured, anonymous sessions (if allowed at all) are read-only.
+
+Exposure: bound to a non-loopback address the server refuses to start unless users are
+configured AND client certificates are trusted explicitly (`trusted_clients_dir`), or
+`[opcua.security] insecure = true` (logged loudly at start).
 """
 
 from __future__ import annotations
@@ -155,13 +174,17 @@ class OpcuaSecurity(StrictModel):
     allow_anonymous: bool | None = Field(
         default=None, description="anonymous sessions; default: true only when no users are configured"
     )
+    insecure: bool = Field(
+        default=False, description="allow a non-loopback host without users and trusted client certificates"
+    )
 
 
 class OpcuaNode(StrictModel):
     """Overrides for one signal's node."""
 
     signal: str
-    browse_name: str | None = None
+    browse_name: str | None = Field(default=None, description="always the signal name; use display_name")
+    display_name: str | None = Field(default=None, description="DisplayName (default: the signal name)")
     data_type: DataType = "Double"
     writable: bool | None = Field(default=None, description="actuators: default true; sensors: false")
     eu_range: tuple[float, float] | None = Field(default=None, description="[low, high], plant unit")
@@ -170,11 +193,11 @@ class OpcuaNode(StrictModel):
     description: str | None = None
     enabled: bool = True
 
-    @field_validator("browse_name")
+    @field_validator("display_name")
     @classmethod
-    def _browse_name(cls, v):
+    def _display_name(cls, v):
         if v is not None and (not _BROWSE_NAME.fullmatch(v) or v != v.strip()):
-            raise ValueError(f"{v!r} is not a browse name (no '/', ':', control characters or edge spaces)")
+            raise ValueError(f"{v!r} is not a display name (no '/', ':', control characters or edge spaces)")
         return v
 
     @field_validator("unece_code")
@@ -202,6 +225,12 @@ class OpcuaSection(StrictModel):
     server_name: str = "hil OPC UA server"
     min_publishing_interval_ms: float = Field(default=10.0, ge=1.0, le=60_000.0)
     min_sampling_interval_ms: float = Field(default=1.0, ge=0.5, le=1_000.0)
+    max_connections: int = Field(
+        default=32, ge=1, le=10_000,
+        description="simultaneous TCP connections; more are closed at once and counted as refused")
+    idle_timeout_s: float = Field(
+        default=300.0, ge=0.0, le=86_400.0,
+        description="close a connection silent this long, s (also caps the session timeout); 0 = never")
     security: OpcuaSecurity = Field(default_factory=OpcuaSecurity)
     users: dict[str, str] = Field(default_factory=dict)
     nodes: tuple[OpcuaNode, ...] = ()
@@ -262,8 +291,26 @@ class OpcuaSection(StrictModel):
             problems.append(("opcua.security.policies", "users need a signed/encrypted policy to protect passwords"))
         if not self.users and self.security.allow_anonymous is False:
             problems.append(("opcua.security.allow_anonymous", "false with no [opcua.users]: nobody could connect"))
+        problems += self.exposure_problems()
         resolve_nodes(self, spec, scenario, problems)
         return problems
+
+    def exposure_problems(self) -> list[tuple[str, str]]:
+        """Why this section may not serve its host: off loopback, anyone who can reach the port
+        could write actuators unless users are configured and client certificates are trusted
+        explicitly (or `security.insecure` says the operator accepts that)."""
+        if self.loopback or self.security.insecure:
+            return []
+        where = f"host {self.host!r} is not a loopback address"
+        out = []
+        if not self.users:
+            out.append(("opcua.users", f"{where}: configure [opcua.users] (anonymous sessions could "
+                        "write actuators), or set opcua.security.insecure = true"))
+        if not self.security.trusted_clients_dir:
+            out.append(("opcua.security.trusted_clients_dir", f"{where}: name a directory of trusted "
+                        "client certificates (any client certificate would be accepted), or set "
+                        "opcua.security.insecure = true"))
+        return out
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -275,12 +322,14 @@ class NodeInfo:
 
     kind: "sensor" (index into outputs), "actuator" or "applied" (index into inputs).
     eu_low, eu_high: EURange and the accepted write range. unit_id: -1 if unmapped.
+    browse_name is always the signal name; display_name may differ.
     """
 
     signal: str
     kind: str
     index: int
     browse_name: str
+    display_name: str
     data_type: str
     writable: bool
     eu_low: float
@@ -314,7 +363,8 @@ def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: flo
         signal=q.name,
         kind=kind,
         index=index,
-        browse_name=(o.browse_name if o is not None and o.browse_name else q.name),
+        browse_name=q.name,
+        display_name=(o.display_name if o is not None and o.display_name else q.name),
         data_type=o.data_type if o is not None else "Double",
         writable=writable,
         eu_low=lo,
@@ -346,6 +396,10 @@ def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None =
             own.append((f"{path}.signal", f"{o.signal!r} already has an entry (opcua.nodes[{overrides[o.signal][0]}])"))
             continue
         overrides[o.signal] = (i, o)
+        if o.browse_name is not None and o.browse_name != o.signal:
+            own.append((f"{path}.browse_name", f"the browse name is the signal name {o.signal!r} (one name in "
+                        f"browse path and node id); for a different label use display_name = "
+                        f"{o.browse_name!r}"))
         is_sensor = o.signal in outputs
         q = spec.quantity("outputs" if is_sensor else "inputs", o.signal)
         if is_sensor and o.writable:
@@ -378,15 +432,6 @@ def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None =
     for idx, name in enumerate(inputs):
         q = spec.quantity("inputs", name)
         nodes.append(_make(q, "applied", idx, None, False, q.low, q.high))
-    seen: dict[tuple[str, str], str] = {}
-    for n in nodes:
-        key = (n.kind, n.browse_name)
-        if key in seen:
-            i = overrides.get(n.signal, overrides.get(seen[key], (None,)))[0]
-            where = f"opcua.nodes[{i}].browse_name" if i is not None else "opcua.nodes"
-            own.append((where, f"browse name {n.browse_name!r} is used twice in {n.kind} nodes "
-                        f"({seen[key]!r} and {n.signal!r})"))
-        seen[key] = n.signal
     if problems is not None:
         problems.extend(own)
     elif own:

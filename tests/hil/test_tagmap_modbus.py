@@ -407,3 +407,80 @@ def test_bioreactor_example_sections_validate_against_the_real_spec():
     cmap = compile_map(sc.modbus, SPEC, sc)
     assert {t.signal for t in cmap.tags if t.kind == "output"} == set(SPEC.names("outputs")) - {"heat"}
     assert {t.signal for t in cmap.tags if t.writable} == set(SPEC.names("inputs"))
+
+
+# ---------------------------------------------------------------------------- views and engineering ranges
+
+U16 = {"signal": "inflow", "table": "holding_register", "address": 0, "encoding": "uint16", "scale": 5000.0}
+
+
+def test_a_scaled_view_must_cover_the_bounds_unless_narrowed():
+    # 0..20 L/min x 5000 = 0..100000 raw: beyond uint16
+    problems = _problems(_data(U16))
+    assert "cannot represent inflow's bounds [0.0, 20.0] L/min: raw 0..100000 is outside 0..65535" in \
+        problems["modbus.map[0].scale"]
+    assert "narrow this view with eng_low/eng_high" in problems["modbus.map[0].scale"]
+    sc = parse_scenario(_data({**U16, "eng_low": 2.0, "eng_high": 10.0}))
+    tag = compile_map(sc.modbus, H.SPEC, sc).tags[0]
+    assert (tag.low, tag.high) == (2.0, 10.0) and tag.writable
+    assert tag.to_registers(10.0) == (50000,) and tag.from_registers([50000]) == 10.0
+
+
+@pytest.mark.parametrize(
+    "extra, path, reason",
+    [
+        ({"eng_low": 0.0}, "modbus.map[0].eng_high", "eng_low and eng_high go together"),
+        ({"eng_high": 5.0}, "modbus.map[0].eng_low", "eng_low and eng_high go together"),
+        ({"eng_low": 5.0, "eng_high": 5.0}, "modbus.map[0].eng_high", "must be above eng_low 5"),
+        ({"eng_low": -1.0, "eng_high": 5.0}, "modbus.map[0].eng_low",
+         "-1 L/min is outside the physical bounds [0, 20] L/min of 'inflow'"),
+        ({"eng_low": 0.0, "eng_high": 25.0}, "modbus.map[0].eng_high", "outside the physical bounds"),
+        ({"eng_low": 0.0, "eng_high": 15.0}, "modbus.map[0].scale",
+         "cannot represent inflow's engineering range [0.0, 15.0] L/min: raw 0..75000"),
+    ],
+)
+def test_engineering_range_errors_name_the_key(extra, path, reason):
+    problems = _problems(_data({**U16, **extra}))
+    assert path in problems, problems
+    assert reason in problems[path]
+
+
+def test_engineering_range_is_for_register_views_only():
+    coil = {"signal": "pump", "table": "coil", "address": 0, "eng_low": 0.0, "eng_high": 1.0}
+    assert "not bool" in _problems(_data(coil))["modbus.map[0].eng_low"]
+
+
+def test_writes_outside_a_narrowed_view_are_refused_by_the_datastore():
+    import numpy as np
+    from pymodbus.constants import ExcCodes
+
+    from adapters.modbus_datastore import ImageDatastore
+    from hil.image import ProcessImage
+
+    sc = parse_scenario(_data({**U16, "eng_low": 2.0, "eng_high": 10.0}))
+    image = ProcessImage.create(H.SPEC.n_inputs, H.SPEC.n_outputs)
+    try:
+        ds = ImageDatastore(compile_map(sc.modbus, H.SPEC, sc), image)
+        i = H.SPEC.index("inputs", "inflow")
+        assert ds.write(6, 0, [25000]) is None and image.read_inputs()[i] == 5.0
+        assert ds.write(6, 0, [55000]) == ExcCodes.ILLEGAL_VALUE  # 11 L/min: physical, but not this view's
+        assert ds.write(6, 0, [9000]) == ExcCodes.ILLEGAL_VALUE  # 1.8 L/min: below eng_low
+        assert ds.write(6, 0, [10000]) is None and image.read_inputs()[i] == 2.0  # the bound itself
+        np.testing.assert_equal(image.read_inputs()[i], 2.0)
+    finally:
+        image.close()
+
+
+def test_views_sharing_a_signal_are_described():
+    from hil.tagmap.modbus import describe_shared_views
+
+    sc = parse_scenario(H.scenario_dict(5020))
+    lines = describe_shared_views(compile_map(sc.modbus, H.SPEC, sc))
+    # writable views first: the helper map writes inflow and coolant through two views each
+    assert lines[0].startswith("coolant is written through 2 views, the last write wins: "
+                               "holding_register 2 float32 [0, 50] (modbus.map[10]); "
+                               "holding_register 6 float32 [0, 50] (modbus.map[13])")
+    assert lines[1].startswith("inflow is written through 2 views, the last write wins: ")
+    assert "holding_register 4 uint16 x100 [0, 20] (modbus.map[11])" in lines[1]
+    assert any(ln.startswith("level (measured) is served by 3 views: ") for ln in lines)
+    assert not any(ln.startswith("trim") or ln.startswith("pump") for ln in lines)  # single views

@@ -73,7 +73,7 @@ def test_unit_ids_match_the_opc_foundation_table():
 
 def test_overrides_apply():
     sc = _scenario(nodes=[
-        {"signal": "level", "browse_name": "LT-101", "data_type": "Float", "eu_range": [10.0, 90.0],
+        {"signal": "level", "display_name": "LT-101", "data_type": "Float", "eu_range": [10.0, 90.0],
          "unit": "percent", "unece_code": "P1", "description": "level transmitter"},
         {"signal": "pump", "data_type": "Boolean"},
         {"signal": "inflow", "writable": False},
@@ -81,7 +81,8 @@ def test_overrides_apply():
     ])
     nodes = {(n.kind, n.signal): n for n in resolve_nodes(sc.opcua, SPEC, sc)}
     lt = nodes[("sensor", "level")]
-    assert (lt.browse_name, lt.data_type, lt.eu_low, lt.eu_high) == ("LT-101", "Float", 10.0, 90.0)
+    assert (lt.browse_name, lt.display_name, lt.data_type, lt.eu_low, lt.eu_high) == (
+        "level", "LT-101", "Float", 10.0, 90.0)
     assert (lt.unit, lt.unece_code, lt.unit_id, lt.description) == ("percent", "P1", 20529, "level transmitter")
     assert nodes[("actuator", "pump")].data_type == "Boolean" and nodes[("actuator", "pump")].writable
     assert not nodes[("actuator", "inflow")].writable
@@ -98,8 +99,9 @@ def test_overrides_apply():
          "outside the physical bounds [0.0, 100.0] %"),
         ([{"signal": "odd", "data_type": "Int16"}], "opcua.nodes[0].data_type", "Int16 cannot hold"),
         ([{"signal": "level"}, {"signal": "level"}], "opcua.nodes[1].signal", "already has an entry"),
-        ([{"signal": "level", "browse_name": "T"}, {"signal": "temperature", "browse_name": "T"}],
-         "opcua.nodes[1].browse_name", "browse name 'T' is used twice"),
+        ([{"signal": "level", "browse_name": "LT-101"}], "opcua.nodes[0].browse_name",
+         "the browse name is the signal name 'level' (one name in browse path and node id); for a "
+         "different label use display_name = 'LT-101'"),
     ],
 )
 def test_invalid_nodes_name_their_key_path(nodes, path, reason):
@@ -157,6 +159,43 @@ def test_security_contradictions_are_reported(opcua, path, reason):
     assert path in problems and reason in problems[path], problems
 
 
+def test_browse_name_equal_to_the_signal_is_accepted_and_display_name_defaults_to_it():
+    assert _problems(nodes=[{"signal": "level", "browse_name": "level"}]) == {}
+    nodes = resolve_nodes(_scenario().opcua, SPEC, _scenario())
+    assert all(n.browse_name == n.signal == n.display_name for n in nodes)
+
+
+TRUSTED = {"trusted_clients_dir": "certs/trusted"}
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.10", "::", "plc-gateway.example"])
+def test_off_loopback_needs_users_and_trusted_clients(host):
+    problems = _problems(host=host)
+    assert set(problems) == {"opcua.users", "opcua.security.trusted_clients_dir"}, problems
+    assert f"host {host!r} is not a loopback address" in problems["opcua.users"]
+    assert "opcua.security.insecure = true" in problems["opcua.users"]
+    assert set(_problems(host=host, users={"operator": "pw"})) == {"opcua.security.trusted_clients_dir"}
+    assert set(_problems(host=host, security=TRUSTED)) == {"opcua.users"}
+    assert _problems(host=host, users={"operator": "pw"}, security=TRUSTED) == {}
+    assert _problems(host=host, security={"insecure": True}) == {}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_loopback_needs_neither(host):
+    assert _problems(host=host) == {}
+
+
+def test_off_loopback_is_refused_by_parse_scenario_naming_the_keys():
+    base = {"scenario": {"name": "b"}, "plant": {"model": "bioreactor"},
+            "loop": {"step_s": 1.0, "duration_s": 10.0}}
+    with pytest.raises(ConfigError) as info:
+        parse_scenario({**base, "opcua": {"host": "0.0.0.0"}})
+    problems = dict(info.value.problems)
+    assert "opcua.users" in problems and "opcua.security.trusted_clients_dir" in problems
+    ok = parse_scenario({**base, "opcua": {"host": "0.0.0.0", "security": {"insecure": True}}})
+    assert ok.opcua.security.insecure
+
+
 @pytest.mark.parametrize(
     "opcua, fragment",
     [
@@ -167,7 +206,9 @@ def test_security_contradictions_are_reported(opcua, path, reason):
         ({"min_publishing_interval_ms": 0.1}, "greater than or equal to 1"),
         ({"nodes": [{"signal": "level", "unece_code": "gram"}]}, "UN/ECE"),
         ({"nodes": [{"signal": "level", "eu_range": [5.0, 5.0]}]}, "low < high"),
-        ({"nodes": [{"signal": "level", "browse_name": "a/b"}]}, "not a browse name"),
+        ({"nodes": [{"signal": "level", "display_name": "a/b"}]}, "not a display name"),
+        ({"max_connections": 0}, "greater than or equal to 1"),
+        ({"idle_timeout_s": -1.0}, "greater than or equal to 0"),
     ],
 )
 def test_schema_rejects(opcua, fragment):

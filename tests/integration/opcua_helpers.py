@@ -3,7 +3,7 @@
 `OpcuaServer(data, tmp_path)` creates a process image for the bioreactor, starts
 `adapters.opcua.serve_forever` in a child process (this file run as a script) on a free
 port, waits for it to be ready, and on `stop()` sends SIGTERM (SIGKILL after 10 s) and
-removes the image. The test process owns the image: it plays the loop (`publish`) and
+removes the image; the server's final counters are then in `final_counters()`. The test process owns the image: it plays the loop (`publish`) and
 reads what clients wrote (`read_inputs`).
 
 `run_node(request)` runs tests/node/client.js (node-opcua) and returns its JSON.
@@ -103,6 +103,10 @@ class OpcuaServer:
     def url(self) -> str:
         return self.section.endpoint_url()
 
+    def final_counters(self) -> dict:
+        """The server's final counters (adapters.opcua.final_counters), written when it stopped."""
+        return json.loads((self.workdir / "summary.json").read_text())
+
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text()[-4000:]
@@ -163,7 +167,7 @@ def _serve(cfg_path: str, image_name: str) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     scenario = parse_scenario(json.loads(Path(cfg_path).read_text()))
-    serve_forever(scenario, image_name, ready=_Ready())
+    serve_forever(scenario, image_name, ready=_Ready(), summary_path=str(Path(cfg_path).with_name("summary.json")))
 
 
 if __name__ == "__main__":

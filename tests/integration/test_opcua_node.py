@@ -85,7 +85,7 @@ def test_write_over_sign_and_encrypt_with_a_username(setup, tmp_path):
         "actions": [
             {"op": "write", "nodeId": _nid("actuator", ACT.name), "dataType": "Double", "value": good},
             {"op": "write", "nodeId": _nid("actuator", ACT.name), "dataType": "Double", "value": ACT.high + 1.0},
-            {"op": "write", "nodeId": _nid("actuator", ACT.name), "dataType": "Float", "value": good},
+            {"op": "write", "nodeId": _nid("actuator", ACT.name), "dataType": "String", "value": "0.1"},
             {"op": "write", "nodeId": _nid("sensor", SENSOR.name), "dataType": "Double", "value": SENSOR.nominal},
             {"op": "read", "nodeIds": [_nid("actuator", ACT.name)]},
         ]})
@@ -171,3 +171,80 @@ def _ramp(srv, values, period_s=0.001):
         delay = t0 + (k + 1) * period_s - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+
+
+# ---------------------------------------------------------------------------- data types, names
+
+
+def _plc_config_nodes() -> list[dict]:
+    """[[opcua.nodes]] of the shipped reference PLC scenario (configs/bioreactor_plc.toml)."""
+    import tomllib
+
+    with open(H.ROOT / "configs" / "bioreactor_plc.toml", "rb") as fh:
+        return tomllib.load(fh)["opcua"].get("nodes", [])
+
+
+FLOAT_ACT, BOOL_ACT, INT_ACT = (SPEC.quantity("inputs", n) for n in ("agitation_power", "coolant_flow", "heating_flow"))
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    """No users, loopback (anonymous may write); typed actuators as a PLC would declare them,
+    and the reference PLC scenario's node overrides (DO with a display name)."""
+    d = tmp_path_factory.mktemp("typed")
+    nodes = _plc_config_nodes() + [{"signal": FLOAT_ACT.name, "data_type": "Float"},
+                                   {"signal": BOOL_ACT.name, "data_type": "Boolean"},
+                                   {"signal": INT_ACT.name, "data_type": "Int32"}]
+    srv = H.OpcuaServer(H.scenario_data(H.free_port(), opcua={"nodes": nodes}), d / "server")
+    srv.publish()
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_writes_with_explicit_variant_types_reach_the_image(typed):
+    """REAL (Float), DINT (Int32) and BOOL (Boolean) writes from node-opcua, into nodes of
+    another or the same data type: the image holds what the node's type holds."""
+    srv = typed
+    real = 0.15625  # exactly a float32
+    res = H.run_node({"url": srv.url, "actions": [
+        {"op": "write", "nodeId": _nid("actuator", ACT.name), "dataType": "Float", "value": real},  # Double node
+        {"op": "write", "nodeId": _nid("actuator", FLOAT_ACT.name), "dataType": "Double", "value": 12.3},
+        {"op": "write", "nodeId": _nid("actuator", INT_ACT.name), "dataType": "Int32", "value": 42},
+        {"op": "write", "nodeId": _nid("actuator", BOOL_ACT.name), "dataType": "Boolean", "value": True},
+        {"op": "write", "nodeId": _nid("actuator", "aeration_rate"), "dataType": "Int32", "value": 9},  # Double node
+        {"op": "write", "nodeId": _nid("actuator", INT_ACT.name), "dataType": "Double", "value": 2.5},
+        {"op": "write", "nodeId": _nid("actuator", FLOAT_ACT.name), "dataType": "Boolean", "value": True},
+        {"op": "read", "nodeIds": [_nid("actuator", FLOAT_ACT.name), _nid("actuator", BOOL_ACT.name)]},
+    ]})
+    assert res["ok"], res
+    codes = [r["statusCode"] for r in res["results"][:7]]
+    assert codes == ["Good"] * 5 + ["BadTypeMismatch", "BadTypeMismatch"]
+    u = srv.image.read_inputs()
+    i = srv.input_index
+    f32 = float(np.float32(12.3))
+    assert u[i(ACT.name)] == real and u[i("aeration_rate")] == 9.0
+    assert u[i(FLOAT_ACT.name)] == f32 != 12.3  # the Float node holds float32(12.3)
+    assert u[i(INT_ACT.name)] == 42.0  # the refused 2.5 changed nothing
+    assert u[i(BOOL_ACT.name)] == BOOL_ACT.high  # True = the high end of the EU range
+    values = res["results"][7]["values"]
+    assert values[0]["dataType"] == "Float" and values[0]["value"] == pytest.approx(f32, rel=1e-7)
+    assert values[1]["dataType"] == "Boolean" and values[1]["value"] is True
+
+
+def test_translate_browse_path_by_signal_name(typed):
+    """Objects/<scenario>/Sensors/dissolved_oxygen resolves to the node id of the same name,
+    with the reference PLC scenario's overrides (its DisplayName is "DO")."""
+    assert any(n["signal"] == "dissolved_oxygen" for n in _plc_config_nodes())
+    res = H.run_node({"url": typed.url, "actions": [
+        {"op": "translate", "namespaceUri": NS_URI, "path": [H.SCENARIO, "Sensors", "dissolved_oxygen"]},
+        {"op": "translate", "namespaceUri": NS_URI, "path": [H.SCENARIO, "Actuators", "agitation_power"]},
+        {"op": "translate", "namespaceUri": NS_URI, "path": [H.SCENARIO, "Sensors", "DO"]},
+    ]})
+    assert res["ok"], res
+    do, agit, label = res["results"]
+    assert do["statusCode"] == "Good" and do["nodeId"] == _nid("sensor", "dissolved_oxygen")
+    assert do["displayName"] == "DO"
+    assert agit["nodeId"] == _nid("actuator", "agitation_power")
+    assert label["statusCode"] == "BadNoMatch"  # the display name is not a browse name

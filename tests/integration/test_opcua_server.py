@@ -23,6 +23,7 @@ ACT = SPEC.inputs[0]  # driver "plc" (the default)
 ACT2 = SPEC.inputs[1]
 FIXED = SPEC.inputs[2]  # driven by "fixed": no actuator node, still in Applied
 INT_ACT = next(q for q in SPEC.inputs[3:] if q.high - q.low >= 10)
+FLOAT_ACT, BOOL_ACT, INT16_ACT = [q for q in SPEC.inputs if q not in (ACT, ACT2, FIXED, INT_ACT)][:3]
 NARROW = (ACT2.low, ACT2.low + 0.5 * (ACT2.high - ACT2.low))
 NS_URI = f"urn:hil:{H.SCENARIO}"
 S = ua.StatusCodes
@@ -33,9 +34,12 @@ def _data(port):
     return H.scenario_data(
         port,
         inputs={FIXED.name: {"driver": "fixed", "value": FIXED.nominal}},
-        opcua={"nodes": [{"signal": SENSOR.name, "browse_name": "PrimarySensor", "data_type": "Float"},
+        opcua={"nodes": [{"signal": SENSOR.name, "display_name": "PrimarySensor", "data_type": "Float"},
                          {"signal": INT_ACT.name, "data_type": "Int32"},
-                         {"signal": ACT2.name, "eu_range": list(NARROW)}]},
+                         {"signal": ACT2.name, "eu_range": list(NARROW)},
+                         {"signal": FLOAT_ACT.name, "data_type": "Float"},
+                         {"signal": BOOL_ACT.name, "data_type": "Boolean"},
+                         {"signal": INT16_ACT.name, "data_type": "Int16"}]},
     )
 
 
@@ -68,7 +72,9 @@ def test_address_space_browse(server):
             folders = {(await f.read_browse_name()).Name: f for f in await root.get_children()}
             assert set(folders) == {"Sensors", "Actuators", "Applied", "Status"}
             sensors = await _names(folders["Sensors"])
-            assert sensors == ["PrimarySensor"] + [q.name for q in SPEC.outputs[1:]]
+            assert sensors == [q.name for q in SPEC.outputs]  # browse names are the signal names
+            primary = c.get_node(nid("sensor", SENSOR.name, idx))
+            assert (await primary.read_display_name()).Text == "PrimarySensor"  # only the label differs
             actuators = await _names(folders["Actuators"])
             assert FIXED.name not in actuators and actuators == [q.name for q in SPEC.inputs if q is not FIXED]
             assert await _names(folders["Applied"]) == list(SPEC.names("inputs"))
@@ -167,11 +173,15 @@ def test_bad_writes_get_their_status_and_change_nothing(server):
         (nid("actuator", ACT.name), ua.Variant(math.inf, D), "BadOutOfRange"),
         (nid("actuator", ACT2.name), ua.Variant(NARROW[1] + 0.01 * (ACT2.high - ACT2.low), D), "BadOutOfRange"),
         (nid("actuator", INT_ACT.name), ua.Variant(int(INT_ACT.high) + 1, ua.VariantType.Int32), "BadOutOfRange"),
-        (nid("actuator", ACT.name), ua.Variant(ACT.low, ua.VariantType.Float), "BadTypeMismatch"),
-        (nid("actuator", ACT.name), ua.Variant(0, ua.VariantType.Int32), "BadTypeMismatch"),
+        (nid("actuator", ACT.name), ua.Variant(True, ua.VariantType.Boolean), "BadTypeMismatch"),
+        (nid("actuator", ACT.name), ua.Variant(int(ACT.high) + 1, ua.VariantType.Int32), "BadOutOfRange"),
         (nid("actuator", ACT.name), ua.Variant("0.1", ua.VariantType.String), "BadTypeMismatch"),
         (nid("actuator", ACT.name), ua.Variant([ACT.low, ACT.low], D), "BadTypeMismatch"),
-        (nid("actuator", INT_ACT.name), ua.Variant(INT_ACT.low, D), "BadTypeMismatch"),
+        (nid("actuator", INT_ACT.name), ua.Variant(INT_ACT.low + 0.5, D), "BadTypeMismatch"),  # a fraction
+        (nid("actuator", INT_ACT.name), ua.Variant(2.0**31, D), "BadOutOfRange"),  # beyond Int32
+        (nid("actuator", INT16_ACT.name), ua.Variant(40000, ua.VariantType.Int32), "BadOutOfRange"),
+        (nid("actuator", FLOAT_ACT.name), ua.Variant(1e39, D), "BadOutOfRange"),  # beyond float32
+        (nid("actuator", BOOL_ACT.name), ua.Variant(2, ua.VariantType.Int32), "BadOutOfRange"),
         (nid("sensor", SPEC.outputs[1].name), ua.Variant(SPEC.outputs[1].low, D), "BadNotWritable"),
         (nid("applied", ACT.name), ua.Variant(ACT.low, D), "BadNotWritable"),
         (nid("status", "Step"), ua.Variant(1, ua.VariantType.UInt64), "BadNotWritable"),
@@ -217,6 +227,57 @@ def test_valid_writes_reach_the_image_at_once(server):
             assert (u[server.input_index(ACT2.name)], u[server.input_index(INT_ACT.name)]) == (v2, vi)
             assert await c.get_node(nid("actuator", INT_ACT.name)).read_value() == vi
             assert await c.get_node(nid("status", "AcceptedWrites")).read_value() >= 3
+
+    run(go())
+
+
+def f32(x: float) -> float:
+    import struct
+
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def test_writes_of_other_numeric_types_convert_and_reach_the_image(server):
+    """A PLC writes its own types (REAL = Float, DINT = Int32, BOOL): what reaches the image
+    is the value the node's data type holds."""
+    i = server.input_index
+    real = f32(ACT.low + 0.3 * (ACT.high - ACT.low))  # a REAL setpoint into a Double node
+    dint = int(INT_ACT.low + 10)  # a DINT into a Double node and into an Int32 node
+    lreal = FLOAT_ACT.low + 0.123 * (FLOAT_ACT.high - FLOAT_ACT.low)  # a Double into a Float node
+
+    async def go():
+        async with Client(server.url) as c:
+            got = await _write(c, [
+                _wv(nid("actuator", ACT.name), ua.Variant(real, ua.VariantType.Float)),
+                _wv(nid("actuator", FLOAT_ACT.name), ua.Variant(lreal, ua.VariantType.Double)),
+                _wv(nid("actuator", BOOL_ACT.name), ua.Variant(True, ua.VariantType.Boolean)),
+                _wv(nid("actuator", INT_ACT.name), ua.Variant(float(dint), ua.VariantType.Double)),
+                _wv(nid("actuator", INT16_ACT.name), ua.Variant(7, ua.VariantType.Int32)),
+            ])
+            assert got == ["Good"] * 5
+            u = server.image.read_inputs()
+            assert u[i(ACT.name)] == real  # exactly the REAL's value
+            assert u[i(FLOAT_ACT.name)] == f32(lreal) and f32(lreal) != lreal  # rounded to float32
+            assert u[i(BOOL_ACT.name)] == BOOL_ACT.high  # True = the EU range's high end
+            assert u[i(INT_ACT.name)] == dint and u[i(INT16_ACT.name)] == 7.0
+            assert await _write(c, [_wv(nid("actuator", ACT2.name), ua.Variant(0, ua.VariantType.Int32)),
+                                    _wv(nid("actuator", BOOL_ACT.name),
+                                        ua.Variant(False, ua.VariantType.Boolean))]) == ["Good", "Good"]
+            u = server.image.read_inputs()
+            assert u[i(ACT2.name)] == 0.0 and u[i(BOOL_ACT.name)] == BOOL_ACT.low
+            dv = await c.get_node(nid("actuator", FLOAT_ACT.name)).read_data_value()
+            assert dv.Value.VariantType == ua.VariantType.Float and dv.Value.Value == f32(lreal)
+
+    run(go())
+
+
+def test_browse_path_by_signal_name(server):
+    async def go():
+        async with Client(server.url) as c:
+            idx = await c.get_namespace_index(NS_URI)
+            path = ["0:Objects", f"{idx}:{H.SCENARIO}", f"{idx}:Sensors", f"{idx}:dissolved_oxygen"]
+            node = await c.nodes.root.get_child(path)
+            assert node.nodeid == nid("sensor", "dissolved_oxygen", idx)
 
     run(go())
 

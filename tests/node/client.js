@@ -22,7 +22,11 @@
 //   { "op": "read", "nodeIds": [...] } -> { values: [ {value, dataType, statusCode,
 //          sourceTimestamp, serverTimestamp} ] }
 //   { "op": "write", "nodeId": "...", "dataType": "Double", "value": 1.0 }
-//       -> { statusCode: "Good" | "BadOutOfRange" ... }
+//       -> { statusCode: "Good" | "BadOutOfRange" ... }   (dataType: the Variant's type,
+//          e.g. "Float", "Int32", "Boolean": sent as given, no conversion by node-opcua)
+//   { "op": "translate", "namespaceUri": "urn:hil:x", "path": ["x", "Sensors", "glucose"] }
+//       -> { statusCode, nodeId, displayName } : TranslateBrowsePathsToNodeIds from
+//          Objects along browse names in that namespace
 //   { "op": "subscribe", "nodeIds": [...], "publishingInterval": 10, "samplingInterval": 10,
 //     "queueSize": 100, "durationMs": 1500 }
 //       -> { revisedPublishingInterval, notifications: { nodeId: [ {value, sourceTimestamp,
@@ -181,7 +185,19 @@ async function subscribe(session, action) {
   return { revisedPublishingInterval: revised, notifications };
 }
 
-const OPS = { browse, read, write, subscribe };
+async function translate(session, action) {
+  const nsArray = (await session.read({ nodeId: "ns=0;i=2255", attributeId: AttributeIds.Value })).value.value;
+  const ns = nsArray.indexOf(action.namespaceUri);
+  if (ns < 0) throw new Error(`namespace ${action.namespaceUri} not in ${nsArray}`);
+  const relative = action.path.map((name) => `/${ns}:${name}`).join("");
+  const [res] = await session.translateBrowsePath([makeBrowsePath("ns=0;i=85", relative)]);
+  if (!res.statusCode.isGood()) return { statusCode: res.statusCode.name, nodeId: null, displayName: null };
+  const nodeId = res.targets[0].targetId.toString();
+  const dn = await session.read({ nodeId, attributeId: AttributeIds.DisplayName });
+  return { statusCode: res.statusCode.name, nodeId, displayName: dn.value.value ? dn.value.value.text : null };
+}
+
+const OPS = { browse, read, write, subscribe, translate };
 
 async function main() {
   const req = JSON.parse(process.argv[2] || "{}");
