@@ -13,7 +13,8 @@ Series written per client ("<peer>.<name>", wall seconds times `time_scale` = si
     read_interval      between successive reads (the PLC's scan/poll period and its jitter)
     write_interval     between successive writes
     response           server handling time of a request (dur_ns)
-    observation_age    age of the served outputs at a read: t_ns - publish_ns
+    observation_age    age of the served outputs at a read: served_ns - publish_ns
+                       (t_ns - publish_ns in logs without served_ns)
     read_to_write      from a write back to the client's latest read before it (PLC compute)
     write_to_effect    from a write to the start of the first loop step after it (needs the
                        recording): when the plant starts seeing the new command
@@ -85,8 +86,12 @@ def client_series(df, step_wall_ns: np.ndarray | None, time_scale: float, bins: 
         age = np.full(t.size, np.nan)
         if "publish_ns" in g.columns:
             pub = g["publish_ns"].to_numpy(np.int64)
+            # the snapshot's own instant when logged (t_ns is when the request was decoded, and the
+            # loop may publish between that and the snapshot: t_ns - publish_ns can go negative)
+            served = g["served_ns"].to_numpy(np.int64) if "served_ns" in g.columns else t
+            at = np.where(served > 0, served, t)
             ok = is_read & (pub > 0)
-            age[ok] = (t[ok] - pub[ok]) * 1e-9
+            age[ok] = (at[ok] - pub[ok]) * 1e-9
             ser["observation_age"] = age[ok]
         # the latest read before each write
         read_pos = np.flatnonzero(is_read)

@@ -104,7 +104,7 @@ def test_profile_command_from_request_log(tmp_path):
     assert abs(ri.mean() - 0.010) < 1e-5 and ri.max() < 0.0103
     np.testing.assert_allclose(s[f"{peer}.read_to_write"].samples, 0.002)
     age = s[f"{peer}.observation_age"].samples
-    assert 0 <= age.min() and age.max() <= 0.001
+    assert 0 <= age.min() and age.max() <= 0.001 + 10e-6  # served 10 us after decoding
     np.testing.assert_allclose(s[f"{peer}.response"].samples[:2], [50e-6, 60e-6])
     assert json.loads(res.output.strip().splitlines()[-1])["series"]
 
@@ -146,3 +146,22 @@ def test_measured_profile_replays_its_distribution(tmp_path):
     L, I, R = d.L.copy(), d.I.copy(), d.R.copy()
     draws = np.array([lat.draw_delay(L, 0, I, R, d.prof) for _ in range(20000)])
     assert stats.ks_2samp(draws, src).pvalue > 1e-3
+
+
+def test_observation_age_is_taken_at_the_snapshot_not_at_decoding(tmp_path):
+    """The loop may publish between decoding a read (t_ns) and taking its snapshot (served_ns):
+    the age is served_ns - publish_ns, never negative (t_ns - publish_ns was, in test_demo)."""
+    from adapters.modbus_log import RequestLog
+    from hil.gaps.measure import client_series, read_log
+
+    log = RequestLog(100)
+    t0 = 1_000_000_000
+    for k in range(20):
+        t_read = t0 + k * 10_000_000
+        pub = t_read + 5_000  # published after the request was decoded ...
+        served = t_read + 20_000  # ... and before the snapshot was taken
+        log.append((t_read, 50_000, "p:1", 1, 3, 0, 4, False, 0, k, pub, -1, served))
+    path = tmp_path / "_modbus_requests.jsonl"
+    log.dump(path)
+    series = client_series(read_log(path), None, 1.0, 0)
+    np.testing.assert_allclose(series["p:1.observation_age"]["samples"], 15e-6)
