@@ -1,6 +1,8 @@
 """The `hil` command: `hil run` here; other subcommands live in hil/commands/*.py.
 
-Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage.
+Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage,
+3 a state left its spec bounds with loop.on_state_out_of_bounds = "fail", 4 a required
+helper process (Modbus/OPC UA server, recorder) died (hil/health.py EXIT_*).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def _status_printer(console):
             f"wall {status['wall_time_s']:>7.1f} s  lateness p99 {status['lateness_p99_us']:>8.1f} us  "
             f"overruns {status['overruns']:>4d}  clipped {status['clipped_inputs']:>4d}  "
             f"writes {status['input_writes']:>6d}"
-        )
+        ) + "".join(f"  ALARM {a}" for a in status.get("alarms", ()))
         if tty:
             console.file.write("\r" + line)
             console.file.flush()
@@ -52,6 +54,8 @@ def print_summary(console, summary: dict) -> None:
         f"  inputs: {summary['input_writes']} image writes, {summary['clipped_inputs']} clipped to bounds, "
         f"{summary['non_finite_inputs']} non-finite held, {summary['torn_input_reads']} torn reads skipped"
     )
+    for a in summary.get("alarms", []):
+        console.print(f"  [red]alarm:[/red] {a['message']}")
     for w in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     if summary.get("error"):
@@ -122,7 +126,7 @@ def run_command(config, duration, lockstep, record_path, no_record, as_json, qui
     print_summary(err, summary)
     if as_json:
         click.echo(json.dumps(summary, default=str))
-    sys.exit(0 if summary["state"] == "stopped" else 1)
+    sys.exit(summary.get("exit_code", 0 if summary["state"] == "stopped" else 1))
 
 
 def _register_commands() -> None:

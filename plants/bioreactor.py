@@ -172,6 +172,10 @@ TIME_UNIT_S = 3600.0
 DEFAULT_SUBSTEPS = 1
 """RK4 sub-steps per step at the nominal step dt = 1 s (1/3600 h); see module docstring."""
 
+MAX_SUBSTEP = 1.5 / TIME_UNIT_S
+"""Longest stable RK4 sub-step, h (= 1.5 s): h*|lambda| <= 2.6 < 2.785 at the stiffest
+corner (pH near 7 at full dosing, DO near 0); the loop derives its sub-step count from it."""
+
 # ---- physical constants (not randomized) ----
 R_GAS = 1.987  # cal/(mol K)
 T_FREEZE = 273.0  # K, eq. 15
