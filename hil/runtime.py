@@ -466,11 +466,12 @@ class Runtime:
         helper processes (a required one dead stops the run), collect young garbage, hand a
         status snapshot to the status thread. Raises RunStopped."""
         stop = self.children.check(steps - 1, t_s)
+        if not stop:
+            self.gc.tick()
+        if self._reporter is not None:
+            self._reporter.offer(self._status(steps))  # with the alarm, also when stopping on it
         if stop:
             raise RunStopped("process died", "; ".join(stop), EXIT_PROCESS_DIED)
-        self.gc.tick()
-        if self._reporter is not None:
-            self._reporter.offer(self._status(steps))
 
     def _recorder_lost(self, k: int, t_s: float, summary: RunSummary):
         """The recorder died: stop the run if it is required, else run on without recording."""
