@@ -5,6 +5,7 @@ A plant is a module in `plants/` that defines:
     SPEC: PlantSpec                      # states, inputs, outputs, params (units, bounds)
     DEFAULT_SUBSTEPS: int                # RK4 sub-steps per step at the nominal step
     MAX_SUBSTEP: float                   # longest stable sub-step, plant time unit
+                                         # (math.inf for an exact step)
     TIME_UNIT_S: float                   # optional: seconds per plant time unit (default 1)
     derivatives(t, x, u, p, dxdt)        # @njit(cache=True, nogil=True), writes dxdt
     outputs(x, u, p, y)                  # @njit(cache=True, nogil=True), writes y
@@ -42,7 +43,11 @@ def load_plant_module(name: str) -> ModuleType:
         raise
     missing = [attr for attr in REQUIRED if not hasattr(module, attr)]
     if missing:
-        raise ValueError(f"plants/{name}.py is not a plant: missing {', '.join(missing)}")
+        raise ValueError(f"plants/{name}.py is not a plant: missing {', '.join(missing)}"
+                         + (" (its longest stable sub-step in plant time units, math.inf for an exact step)"
+                            if "MAX_SUBSTEP" in missing else ""))
+    if not float(module.MAX_SUBSTEP) > 0:
+        raise ValueError(f"plants/{name}.py: MAX_SUBSTEP = {module.MAX_SUBSTEP} is not a positive duration")
     return module
 
 
