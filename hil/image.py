@@ -309,7 +309,7 @@ class ProcessImage:
         finally:
             fcntl.flock(self._repair_fd, fcntl.LOCK_UN)
 
-    def read_inputs(self, timeout_s: float = 1.0) -> np.ndarray:
+    def read_inputs(self, timeout_s: float = 0.25) -> np.ndarray:
         """A consistent copy of the commanded inputs (readers other than the loop).
 
         Waits at most `timeout_s` (s) for a write in progress, repairing one a dead writer
