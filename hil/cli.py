@@ -1,7 +1,9 @@
 """The `hil` command: `hil run` here; other subcommands live in hil/commands/*.py.
 
 Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage, or the
-run could not start (a port in use, a server that did not come up): nothing left running.
+run could not start (a port in use, a server that did not come up): nothing left running;
+3 a state left its spec bounds with loop.on_state_out_of_bounds = "fail", 4 a required
+helper process (Modbus/OPC UA server, recorder) died (hil/health.py EXIT_*).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def _status_printer(console, runtime=None):
             f"wall {status['wall_time_s']:>7.1f} s  lateness p99 {status['lateness_p99_us']:>8.1f} us  "
             f"overruns {status['overruns']:>4d}  clipped {status['clipped_inputs']:>4d}  "
             f"writes {status['input_writes']:>6d}"
-        )
+        ) + "".join(f"  ALARM {a}" for a in status.get("alarms", ()))
         sched = getattr(runtime, "scheduling", None)
         if sched and not sched.get("lockstep"):
             line += "  " + short_scheduling(sched)
@@ -106,6 +108,8 @@ def print_summary(console, summary: dict) -> None:
     for kind in ("modbus", "opcua"):  # the protocol servers' final counters
         if summary.get(kind):
             console.print(f"  {kind}: {counters_line(kind, summary[kind])}", markup=False)
+    for a in summary.get("alarms", []):
+        console.print(f"  [red]alarm:[/red] {a['message']}")
     for w in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     if summary.get("error"):
@@ -180,7 +184,7 @@ def run_command(config, duration, wall, lockstep, record_path, no_record, as_jso
     print_summary(err, summary)
     if as_json:
         click.echo(json.dumps(summary, default=str))
-    sys.exit(0 if summary["state"] == "stopped" else 1)
+    sys.exit(summary.get("exit_code", 0 if summary["state"] == "stopped" else 1))
 
 
 def check_scenario_ports(scenario, *, lockstep: bool, servers: bool | None = None, source: str | None = None) -> None:

@@ -55,7 +55,9 @@ class ScenarioMeta(StrictModel):
 
 class PlantSection(StrictModel):
     model: str = Field(description="module name in plants/, e.g. 'bioreactor'")
-    substeps: int | None = Field(default=None, ge=1, le=10_000, description="RK4 sub-steps per step")
+    substeps: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="RK4 sub-steps per step; default derived from the plant's MAX_SUBSTEP")
     parameters: dict[str, float] = Field(default_factory=dict, description="overrides, plant units")
     initial_state: dict[str, float] = Field(default_factory=dict, description="plant units")
 
@@ -83,6 +85,15 @@ class LoopSection(StrictModel):
     status_interval_s: float = Field(default=0.5, gt=0, description="status line period (wall s)")
     overrun: Literal["skip"] = Field(
         default="skip", description="late step: run it now, then skip missed deadlines"
+    )
+    on_state_out_of_bounds: Literal["warn", "fail"] = Field(
+        default="warn", description="a state outside its spec bounds: alarm, or stop the run (exit 3)"
+    )
+    require_servers: bool = Field(
+        default=True, description="a Modbus/OPC UA server process that dies stops the run (exit 4)"
+    )
+    require_recorder: bool = Field(
+        default=True, description="a recorder process that dies stops the run (exit 4)"
     )
 
     @field_validator("priority", "cpu", mode="before")
@@ -246,6 +257,18 @@ def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
     return problems
 
 
+def _check_substeps(sc: Scenario, module) -> list[tuple[str, str]]:
+    """Explicit plant.substeps must keep each sub-step within the plant's MAX_SUBSTEP."""
+    from plants.base import SubstepTooLong, substeps_for
+
+    dt = sc.loop.step_s / float(getattr(module, "TIME_UNIT_S", 1.0))
+    try:
+        substeps_for(module, dt, sc.plant.substeps)
+    except SubstepTooLong as exc:
+        return [("plant.substeps", f"{exc} (loop.step_s = {sc.loop.step_s:g} s)")]
+    return []
+
+
 def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Path | None = None) -> Scenario:
     """Validate a scenario given as a dict (as read from TOML). Raises ConfigError.
 
@@ -275,10 +298,11 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
         raise ConfigError("", problems=problems, source=source)
     sc = resolve_scenario_paths(sc.model_copy(update=sections), base_dir)  # defaults too
     try:
-        spec = load_plant_module(sc.plant.model).SPEC
+        module = load_plant_module(sc.plant.model)
     except ValueError as exc:
         raise ConfigError("plant.model", str(exc), source=source) from None
-    problems = _check_core_against_spec(sc, spec)
+    spec = module.SPEC
+    problems = _check_core_against_spec(sc, spec) + _check_substeps(sc, module)
     for key in SUBSYSTEM_SECTIONS:
         section = getattr(sc, key)
         if section is not None and hasattr(section, "validate_against"):

@@ -11,6 +11,7 @@ Layout (all little-endian, 8-byte aligned):
     inputs   float64[n_inputs]   commanded inputs, written by the drivers (PLC side)
     outputs  float64[n_outputs]  measured outputs, written by the loop only
     applied  float64[n_inputs]   inputs as applied to the plant, written by the loop only
+    undo     float64[n_inputs]   inputs as they were before the write in progress (writers only)
 
 Consistency: two seqlocks. `outputs`+`applied`+clock have one writer (the loop): it makes
 the sequence odd, writes, makes it even; a reader copies and retries if the sequence was
@@ -19,6 +20,18 @@ test): writers serialize on an `flock` of a lock file, then use the inputs seqlo
 the loop never takes a lock and never sees a torn multi-register write. The loop retries a
 torn read a bounded number of times and otherwise keeps its previous inputs (counted), so a
 writer descheduled mid-write can never stall the loop.
+
+Dead or failed writers. A writer copies the inputs into `undo` (sequence even, under the
+lock) before it makes the sequence odd, so an odd sequence always has the last complete
+inputs beside it. A write that raises rolls back from `undo` and makes the sequence even
+again before the exception leaves `write_inputs`. A writer that dies between the two
+increments (SIGKILL) releases its `flock` by dying: whoever next holds the lock and finds
+the sequence odd knows that writer is gone, rolls the inputs back from `undo` (the dead
+write is all-or-nothing: nothing of it is kept) and makes the sequence even (counted in
+H_IN_REPAIRS). Every writer does this before writing; the loop does it with a non-blocking
+lock attempt (`repair_inputs`) once its reads have stayed torn for a few periods, so it
+never waits for the next write; `read_inputs` does it while it waits, and gives up with
+`InputsStale` after a bounded time when a live writer holds the lock (hung, stopped).
 
 Ordering relies on x86-64's total store order and on every access being an opaque numpy
 call from Python (no compiler reordering across them).
@@ -35,10 +48,10 @@ from multiprocessing import shared_memory, resource_tracker
 import numpy as np
 
 MAGIC = 0x48494C494D414745  # "HILIMAGE"
-VERSION = 1
+VERSION = 2
 
 H_MAGIC = 0
-H_VERSION = 1
+H_VERSION = 2
 H_N_INPUTS = 2
 H_N_OUTPUTS = 3
 H_OUT_SEQ = 4  # seqlock of outputs/applied/clock
@@ -51,10 +64,16 @@ H_IN_APPLIED_WRITES = 10  # H_IN_WRITES value the loop saw at its last input rea
 H_LOOP_STATE = 11  # one of LOOP_STATES
 H_TORN_READS = 12  # loop input reads that gave up after retries
 H_PERIOD_NS = 13  # loop wall period (ns), 0 in lockstep
+H_IN_REPAIRS = 14  # odd input sequences left by a dead writer and rolled back
 N_HEADER = 16
 N_CLOCK = 2
 
 LOOP_STATES = ("configured", "running", "stopped", "failed")
+
+
+class InputsStale(TimeoutError):
+    """The inputs stayed mid-write past a reader's bound: a live writer holds the lock and
+    does not finish (hung, stopped). A dead writer never causes this: it is repaired."""
 
 
 def attach_untracked(name: str) -> shared_memory.SharedMemory:
@@ -119,15 +138,18 @@ class ProcessImage:
         self.outputs = np.ndarray((n_out,), dtype=np.float64, buffer=buf, offset=off)
         off += n_out * 8
         self.applied = np.ndarray((n_in,), dtype=np.float64, buffer=buf, offset=off)
+        off += n_in * 8
+        self.undo = np.ndarray((n_in,), dtype=np.float64, buffer=buf, offset=off)
         self.n_inputs = n_in
         self.n_outputs = n_out
         self._lock_path = f"/dev/shm/{self.name.lstrip('/')}.lock"
         self._lock_fd: int | None = None
+        self._repair_fd: int | None = None  # the loop's own open file: excludes this process's writers too
 
     # ---- life cycle ----
     @staticmethod
     def nbytes(n_inputs: int, n_outputs: int) -> int:
-        return (N_HEADER + N_CLOCK + 2 * n_inputs + n_outputs) * 8
+        return (N_HEADER + N_CLOCK + 3 * n_inputs + n_outputs) * 8
 
     @classmethod
     def create(cls, n_inputs: int, n_outputs: int, name: str | None = None) -> "ProcessImage":
@@ -146,6 +168,7 @@ class ProcessImage:
         img = cls(shm, owner=True)
         img.clock[:] = 0.0
         img.inputs[:] = 0.0
+        img.undo[:] = 0.0
         img.outputs[:] = np.nan
         img.applied[:] = np.nan
         open(img._lock_path, "a").close()
@@ -158,11 +181,13 @@ class ProcessImage:
 
     def close(self) -> None:
         """Detach; the creator also removes the block and its lock file."""
-        for attr in ("header", "clock", "inputs", "outputs", "applied"):
+        for attr in ("header", "clock", "inputs", "outputs", "applied", "undo"):
             setattr(self, attr, None)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        for attr in ("_lock_fd", "_repair_fd"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, attr, None)
         try:
             self._shm.close()
         except BufferError:
@@ -230,29 +255,78 @@ class ProcessImage:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         return self._lock_fd
 
+    def _repair_locked(self) -> bool:
+        """With the writers' lock held: an odd sequence was left by a writer that died
+        mid-write (a live one would hold the lock). Roll its write back; True if repaired."""
+        h = self.header
+        if not int(h[H_IN_SEQ]) & 1:
+            return False
+        np.copyto(self.inputs, self.undo)
+        h[H_IN_SEQ] += 1
+        h[H_IN_REPAIRS] += 1
+        return True
+
     def write_inputs(self, indices, values) -> int:
         """Write values to the inputs at `indices` as one atomic update; returns write count.
 
-        Validation (bounds, ownership, finiteness) is the caller's job: the image stores
-        what it is given.
+        All or nothing: if the assignment raises (bad index, shape), the inputs are rolled
+        back, the sequence is made even again and the exception propagates. Validation
+        (bounds, ownership, finiteness) is the caller's job: the image stores what it is given.
         """
         fd = self._lock()
         try:
             h = self.header
-            h[H_IN_SEQ] += 1
-            self.inputs[np.asarray(indices, dtype=np.intp)] = values
-            h[H_IN_SEQ] += 1
+            self._repair_locked()  # a previous writer died mid-write
+            np.copyto(self.undo, self.inputs)
+            h[H_IN_SEQ] += 1  # odd: write in progress
+            try:
+                self.inputs[np.asarray(indices, dtype=np.intp)] = values
+            except BaseException:
+                np.copyto(self.inputs, self.undo)
+                h[H_IN_SEQ] += 1
+                raise
+            h[H_IN_SEQ] += 1  # even: stable
             h[H_IN_WRITES] += 1
             h[H_IN_WRITE_NS] = time.monotonic_ns()
             return int(h[H_IN_WRITES])
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def read_inputs(self) -> np.ndarray:
-        """A consistent copy of the commanded inputs (readers other than the loop)."""
+    def repair_inputs(self) -> bool | None:
+        """Roll back a write whose writer died, without ever blocking (the loop's call).
+
+        Returns True if an odd sequence was repaired, False if there was nothing to repair,
+        None if a live writer holds the lock (it may be mid-write; it is not dead).
+        """
+        if self._repair_fd is None:
+            self._repair_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._repair_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        try:
+            return self._repair_locked()
+        finally:
+            fcntl.flock(self._repair_fd, fcntl.LOCK_UN)
+
+    def read_inputs(self, timeout_s: float = 0.25) -> np.ndarray:
+        """A consistent copy of the commanded inputs (readers other than the loop).
+
+        Waits at most `timeout_s` (s) for a write in progress, repairing one a dead writer
+        left; raises `InputsStale` if a live writer keeps the inputs mid-write that long.
+        """
         dst = np.empty(self.n_inputs)
+        deadline = time.monotonic() + timeout_s
+        tries = 0
         while not self.read_inputs_into(dst, mark_applied=False):
-            time.sleep(0)
+            tries += 1
+            if tries % 16 == 0 and self.repair_inputs():
+                continue
+            if time.monotonic() >= deadline:
+                raise InputsStale(
+                    f"process image {self.name}: inputs stayed mid-write for {timeout_s:g} s "
+                    "(a writer holds the lock and does not finish: hung or stopped)")
+            time.sleep(0 if tries < 64 else 0.001)
         return dst
 
     def set_period(self, period_s: float) -> None:
@@ -291,5 +365,6 @@ class ProcessImage:
             "input_writes": int(h[H_IN_WRITES]),
             "input_writes_applied": int(h[H_IN_APPLIED_WRITES]),
             "torn_input_reads": int(h[H_TORN_READS]),
+            "input_repairs": int(h[H_IN_REPAIRS]),
             "loop_state": LOOP_STATES[int(h[H_LOOP_STATE])],
         }

@@ -107,6 +107,10 @@ def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_inte
         unlink_image_of(parent_pid)
 
 
+class RecorderDied(RuntimeError):
+    """The recorder process is gone while the loop still appends rows."""
+
+
 class Recorder:
     """Loop-side handle: `append(row)` per step; `close()` flushes and waits for the writer.
 
@@ -159,7 +163,7 @@ class Recorder:
                 return False
             while self._w - int(h[R_READ]) >= self.capacity:
                 if not self._proc.is_alive():
-                    raise RuntimeError("recorder process died")
+                    raise RecorderDied("recorder process died")
                 time.sleep(0.001)
         self.ring[self._w % self.capacity] = row
         self._w += 1
@@ -173,6 +177,11 @@ class Recorder:
     @property
     def pid(self) -> int | None:
         return self._proc.pid
+
+    @property
+    def process(self):
+        """The recorder's multiprocessing.Process (liveness: is_alive(), exitcode)."""
+        return self._proc
 
     def close(self, timeout_s: float = 60.0, **meta) -> None:
         """Flush everything, wait for the writer, finalize meta.json."""

@@ -5,16 +5,24 @@ Mode state machine (after FMI 3): configured -> running -> stopped | failed.
 Every step k (simulated time t = k * step_s, plant units inside the plant):
 
     clock.wait()                          real time: absolute deadline; lockstep: returns
-    read commanded inputs                 image (driver "plc"), profiles/fixed, bus ("bus")
+    read commanded inputs                 image (driver "plc"), profiles/fixed, bus ("bus");
+                                          inputs stuck mid-write: repaired or alarmed (health)
     clip to the spec's physical bounds    clipped commands counted; non-finite ones held
     gaps.actuate(t, u_cmd -> u_applied)   actuator gap + actuation delay
-    plant.step(dt)                        Numba kernel, zero-order hold on u
+    plant.step(dt)                        Numba kernel, zero-order hold on u, sub-steps
+                                          within the plant's MAX_SUBSTEP
+    check the state                       non-finite: diverged; outside spec bounds: counted
     plant outputs -> gaps.sense(t + dt)   sensor gap + observation delay
     image.publish(measured, applied)      what PLCs and SCADA read
     bus.after_step(...)                   observation for the policy
     recorder.append(row)                  one row copy into the ring
 
-Names are resolved to index arrays in `__init__`; the per-step path touches arrays only.
+Names are resolved to index arrays in `__init__`; the per-step path touches arrays only,
+through allocation-free kernels (hil/loop_kernels.py). The garbage collector is frozen and
+disabled while the loop runs and collected at the status tick (hil/gc_control.py). The
+status tick (every `loop.status_interval_s` of wall time) checks the helper processes
+(hil/health.py) and hands a snapshot to a thread that shows it (hil/status.py): nothing on
+the status path can block the loop.
 Protocol servers, the recorder, the policy and the safety wrapper run in their own
 processes (the loop's interpreter must not share its GIL with asyncio servers); they are
 started before the loop raises its own priority, since children inherit SCHED_FIFO.
@@ -37,9 +45,14 @@ from hil import rt
 from hil.clock import LockstepClock, RealtimeClock
 from hil.config import Scenario
 from hil.errors import PlantDiverged
+from hil.gc_control import LoopGc
+from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch,
+                        InputWatch, StateBounds)
 from hil.image import ProcessImage
-from hil.recorder import Recorder, columns_for
-from plants.base import Plant
+from hil.loop_kernels import check_state, clip_inputs, take_into
+from hil.recorder import Recorder, RecorderDied, columns_for
+from hil.status import StatusReporter
+from plants.base import Plant, load_plant_module
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
 
@@ -68,6 +81,15 @@ class RunSummary:
     record_path: str | None = None
     warnings: list = field(default_factory=list)
     error: str | None = None
+    exit_code: int = 0  # hil run's exit code (hil/health.py EXIT_*)
+    alarms: list = field(default_factory=list)  # every alarm raised: kind, source, message, step, sim_time_s
+    state_out_of_bounds: dict = field(default_factory=dict)  # state name -> steps outside its spec bounds
+    stale_input_steps: int = 0  # steps run on held inputs because a live writer kept the image mid-write
+    input_repairs: int = 0  # writes rolled back after their writer died mid-write
+    dead_processes: dict = field(default_factory=dict)  # helper process -> how it died
+    substeps: int = 0  # plant sub-steps per loop step
+    gc: dict = field(default_factory=dict)  # collections at status ticks and their pauses (us)
+    status_lines_dropped: int = 0  # status snapshots not shown (the status sink was busy)
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -97,6 +119,14 @@ def _record_dir(scenario: Scenario, override: str | None) -> Path:
     return Path(template.format(scenario=scenario.name, timestamp=stamp))
 
 
+class RunStopped(Exception):
+    """The loop stops a run on a condition the scenario makes fatal (stop reason, exit code)."""
+
+    def __init__(self, reason: str, message: str, exit_code: int):
+        self.reason, self.message, self.exit_code = reason, message, exit_code
+        super().__init__(message)
+
+
 class Runtime:
     """Configure once, run once. `image` is created here unless an existing name is given."""
 
@@ -119,11 +149,12 @@ class Runtime:
         self.step_s = sc.loop.step_s
         self.n_steps = int(round(self.duration_s / self.step_s))
 
-        # ---- plant ----
-        self.plant = Plant.from_name(sc.plant.model, sc.plant.substeps)
-        self.spec = spec = self.plant.spec
-        self.time_unit_s = float(getattr(self.plant.module, "TIME_UNIT_S", 1.0))
+        # ---- plant (sub-steps derived from / checked against its MAX_SUBSTEP) ----
+        module = load_plant_module(sc.plant.model)
+        self.time_unit_s = float(getattr(module, "TIME_UNIT_S", 1.0))
         self.dt_plant = self.step_s / self.time_unit_s
+        self.plant = Plant(module, sc.plant.substeps, dt=self.dt_plant)
+        self.spec = spec = self.plant.spec
         for name, value in sc.plant.parameters.items():
             self.plant.p[spec.index("params", name)] = value
         for name, value in sc.plant.initial_state.items():
@@ -152,8 +183,13 @@ class Runtime:
         self.plant.u[:] = self.u_cmd
         self.u_app = self.plant.u  # applied inputs are the plant's input array itself
         self.y_meas = np.zeros(n_out)
-        self.clipped_inputs = 0
-        self.non_finite_inputs = 0
+        self.input_counts = np.zeros(2, dtype=np.int64)  # clipped, non-finite (clip_inputs)
+        self.x_lo, self.x_hi = spec.lows("states"), spec.highs("states")
+        self.alarms = Alarms()
+        self.state_bounds = StateBounds(spec, self.alarms)
+        self.children = ChildWatch(self.alarms)
+        self.gc = LoopGc()
+        self._reporter: StatusReporter | None = None
 
         # ---- process image ----
         if image_name:
@@ -162,6 +198,7 @@ class Runtime:
         else:
             self.image = ProcessImage.create(n_in, n_out)
             self._own_image = True
+        self.input_watch = InputWatch(self.image, self.alarms)
         if (self.image.n_inputs, self.image.n_outputs) != (n_in, n_out):
             raise ValueError("process image does not match the plant's inputs/outputs")
         # the image starts out holding the initial commands, so PLCs read sane values
@@ -253,6 +290,10 @@ class Runtime:
 
             log = str(Path(self.record_path) / "_modbus_requests.jsonl") if self.record else None
             self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log)
+        for server in self._children:
+            self.children.add(f"{server.kind} server", server.process, self.scenario.loop.require_servers)
+        if self.recorder is not None:
+            self.children.add("recorder", self.recorder.process, self.scenario.loop.require_recorder)
         if self.scenario.policy is not None and self.start_processes and getattr(self.scenario.policy, "launch", False):
             from hil.safety import launch
 
@@ -314,10 +355,12 @@ class Runtime:
             on_stopping: Callable[["Runtime"], None] | None = None) -> RunSummary:
         """Run to the duration (or a stop request / plant failure); returns the summary.
 
-        on_status(dict) is called every `loop.status_interval_s` of wall time; on_started
-        once the servers listen and before the loop raises its priority (the place to
-        start further processes, e.g. a SoftPLC, so that they do not inherit SCHED_FIFO);
-        on_stopping once the loop has stopped, before the servers do (stop clients there).
+        on_status(dict) gets a status snapshot every `loop.status_interval_s` of wall time,
+        in a thread of its own (hil/status.py): it may block without stalling the loop;
+        on_started once the servers listen and before the loop raises its priority (the
+        place to start further processes, e.g. a SoftPLC, so that they do not inherit
+        SCHED_FIFO); on_stopping once the loop has stopped, before the servers do (stop
+        clients there).
         """
         if self.state != "configured":
             raise RuntimeError(f"runtime is {self.state}; a Runtime runs once")
@@ -333,16 +376,19 @@ class Runtime:
             self._start_children()
             if on_started is not None:
                 on_started(self)
+            if on_status is not None:  # its thread keeps normal scheduling: start it first
+                self._reporter = StatusReporter(on_status)
             self._raise_priority()
             summary.extra["scheduling"] = self.scheduling
             self._publish_initial()
             self.image.set_loop_state("running")
             self.state = "running"
-            self._loop(summary, on_status)
+            self.gc.begin()
+            self._loop(summary)
         except PlantDiverged as exc:
-            self.state = summary.state = "failed"
-            summary.stop_reason = "plant diverged"
-            summary.error = str(exc)
+            self._fail(summary, "plant diverged", str(exc), EXIT_DIVERGED)
+        except RunStopped as exc:
+            self._fail(summary, exc.reason, exc.message, exc.exit_code)
         except BaseException as exc:
             if self.state == "configured":  # failed before the loop started: nothing may stay up
                 self.state = summary.state = "failed"
@@ -351,6 +397,7 @@ class Runtime:
                 self._release_after_failed_start = True
             raise
         finally:
+            self.gc.end()
             if self.state == "running":
                 self.state = "stopped"
             rt.set_normal()
@@ -372,16 +419,21 @@ class Runtime:
             np.copyto(self.y_meas, y)
         self.image.publish(self.y_meas, self.u_app, 0, 0.0)
 
-    def _loop(self, summary: RunSummary, on_status) -> None:
+    def _fail(self, summary: RunSummary, reason: str, message: str, exit_code: int) -> None:
+        self.state = summary.state = "failed"
+        summary.stop_reason = reason
+        summary.error = message
+        summary.exit_code = exit_code
+
+    def _loop(self, summary: RunSummary) -> None:
         plant, image, clock, gaps, bus, rec = self.plant, self.image, self.clock, self.gaps, self.bus, self.recorder
         u_cmd, u_image, u_clip, u_app, y_meas = self.u_cmd, self.u_image, self.u_clip, self.u_app, self.y_meas
         lo, hi, plc_idx, profiles = self.u_lo, self.u_hi, self.plc_idx, self.profiles
+        x_lo, x_hi, x_tol, x_out = self.x_lo, self.x_hi, self.state_bounds.tol, self.state_bounds.steps_out
+        input_counts, input_watch = self.input_counts, self.input_watch
+        fail_out_of_bounds = self.scenario.loop.on_state_out_of_bounds == "fail"
         row, step_s, dt, decimate = self.row, self.step_s, self.dt_plant, self.decimate
-        n_in, n_st, n_out = self.spec.n_inputs, self.spec.n_states, self.spec.n_outputs
-        o_cmd = 4
-        o_app, o_x = o_cmd + n_in, o_cmd + 2 * n_in
-        o_y = o_x + n_st
-        o_meas = o_y + n_out
+        self._row_views()
         status_every = self.scenario.loop.status_interval_s
         next_status = time.monotonic() + status_every
         lockstep = self.lockstep
@@ -394,30 +446,29 @@ class Runtime:
             late_ns = clock.wait()
             wall_ns = time.monotonic_ns()
             t = k * step_s
-            # 1. commanded inputs
+            # 1. commanded inputs (a torn read keeps the previous ones; stuck: repair / alarm)
             if image.read_inputs_into(u_image):
-                u_cmd[plc_idx] = u_image[plc_idx]
+                take_into(u_cmd, u_image, plc_idx)
+                if input_watch.run:
+                    input_watch.ok(k)
+            elif input_watch.torn(k, t) and image.read_inputs_into(u_image):
+                take_into(u_cmd, u_image, plc_idx)
             for prof in profiles:
                 prof.apply(t, u_cmd)
             if bus is not None:
                 bus.before_step(k, t, u_cmd, lockstep)
             # 2. clip to physical bounds; a non-finite command holds the previous one
-            np.clip(u_cmd, lo, hi, out=u_clip)
-            if not np.array_equal(u_clip, u_cmd):
-                bad = ~np.isfinite(u_cmd)
-                if bad.any():
-                    self.non_finite_inputs += int(bad.sum())
-                    u_clip[bad] = u_app[bad]  # hold the previous applied value
-                self.clipped_inputs += int(np.count_nonzero(u_clip != u_cmd) - bad.sum())
+            clip_inputs(u_cmd, lo, hi, u_app, u_clip, input_counts)
             # 3. actuator gap, plant, sensor gap
             if gaps is not None:
                 gaps.actuate(t, u_clip, u_app)
             else:
                 np.copyto(u_app, u_clip)
             plant.step(dt)  # u_app is plant.u
-            if not math.isfinite(plant.x.sum()):  # NaN/inf in any state propagates to the sum
+            n_out = check_state(plant.x, x_lo, x_hi, x_tol, x_out)
+            if n_out < 0:  # NaN/inf in a state
                 if rec is not None:
-                    self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
+                    self._fill_row(k, t + step_s, wall_ns, late_ns)
                     rec.append(row)
                 summary.steps = k + 1
                 raise PlantDiverged(plant.first_non_finite_state(), k, t + step_s)
@@ -431,30 +482,86 @@ class Runtime:
             if bus is not None:
                 bus.after_step(k, t + step_s, y_meas, u_app)
             if rec is not None and k % decimate == 0:
-                self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
-                rec.append(row)
-            if on_status is not None and (now := time.monotonic()) >= next_status:
-                next_status = now + status_every  # after a stall: one line, not a burst
-                on_status(self._status(k + 1))
+                self._fill_row(k, t + step_s, wall_ns, late_ns)
+                try:
+                    rec.append(row)
+                except RecorderDied:
+                    rec = self._recorder_lost(k, t + step_s, summary)
+            if n_out:  # states outside their spec bounds (counted per state by check_state)
+                first = self.state_bounds.note(plant.x, k, t + step_s)
+                if fail_out_of_bounds:
+                    summary.steps = k + 1
+                    raise RunStopped("state out of bounds", first, EXIT_STATE_OUT_OF_BOUNDS)
+            # 5. status tick (wall time): liveness, collection, status snapshot
+            if (now := time.monotonic()) >= next_status:
+                next_status = now + status_every  # after a stall: one tick, not a burst
+                summary.steps = k + 1
+                self._status_tick(k + 1, t + step_s)
+                if rec is not None and self.children.is_dead("recorder"):
+                    rec = self._recorder_lost(k, t + step_s, summary)
         else:
             k = self.n_steps
             summary.steps = k
             return
         summary.steps = k
 
-    def _fill_row(self, row, k, t_end, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas) -> None:
+    def _status_tick(self, steps: int, t_s: float) -> None:
+        """Every `loop.status_interval_s` of wall time, after a step's publish: check the
+        helper processes (a required one dead stops the run), collect young garbage, hand a
+        status snapshot to the status thread. Raises RunStopped."""
+        stop = self.children.check(steps - 1, t_s)
+        if not stop:
+            self.gc.tick()
+        if self._reporter is not None:
+            self._reporter.offer(self._status(steps))  # with the alarm, also when stopping on it
+        if stop:
+            raise RunStopped("process died", "; ".join(stop), EXIT_PROCESS_DIED)
+
+    def _recorder_lost(self, k: int, t_s: float, summary: RunSummary):
+        """The recorder died: stop the run if it is required, else run on without recording."""
+        self.children.check(k, t_s)  # raises its alarm if not raised yet
+        if self.scenario.loop.require_recorder:
+            summary.steps = k + 1
+            raise RunStopped("process died", f"recorder process died at step {k}: recording lost from there",
+                             EXIT_PROCESS_DIED)
+        self.warnings.append(f"recorder died at step {k}: the recording stops there (loop.require_recorder = false)")
+        return None
+
+    def _row_views(self) -> None:
+        """Views of the recording row per block, made once (no slicing per step)."""
+        n_in, n_st, n_out = self.spec.n_inputs, self.spec.n_states, self.spec.n_outputs
+        o_cmd = 4
+        o_app, o_x = o_cmd + n_in, o_cmd + 2 * n_in
+        o_y = o_x + n_st
+        o_meas = o_y + n_out
+        row = self.row
+        self._views = (row[o_cmd:o_app], row[o_app:o_x], row[o_x:o_y], row[o_y:o_meas], row[o_meas:])
+
+    def _fill_row(self, k, t_end, wall_ns, late_ns) -> None:
+        row = self.row
         row[0] = k
         row[1] = t_end
         row[2] = wall_ns
         row[3] = late_ns * 1e-3
-        row[o_cmd:o_app] = self.u_cmd
-        row[o_app:o_x] = self.u_app
-        row[o_x:o_y] = self.plant.x
-        row[o_y:o_meas] = self.plant.y
-        row[o_meas:] = self.y_meas
+        cmd, app, x, y, meas = self._views
+        np.copyto(cmd, self.u_cmd)
+        np.copyto(app, self.u_app)
+        np.copyto(x, self.plant.x)
+        np.copyto(y, self.plant.y)
+        np.copyto(meas, self.y_meas)
+
+    @property
+    def clipped_inputs(self) -> int:
+        return int(self.input_counts[0])
+
+    @property
+    def non_finite_inputs(self) -> int:
+        return int(self.input_counts[1])
 
     def _status(self, steps: int) -> dict:
+        """The status snapshot (a fresh dict: the status thread owns it)."""
         lat = self.clock.lateness
+        self.state_bounds.status(self.plant.x)
         return {
             "steps": steps,
             "sim_time_s": steps * self.step_s,
@@ -463,6 +570,7 @@ class Runtime:
             "overruns": self.clock.overruns,
             "clipped_inputs": self.clipped_inputs,
             "input_writes": int(self.image.counters()["input_writes"]),
+            "alarms": self.alarms.active(),
         }
 
     def _finish(self, summary: RunSummary) -> None:
@@ -477,6 +585,21 @@ class Runtime:
         counters = self.image.counters()
         summary.torn_input_reads = counters["torn_input_reads"]
         summary.input_writes = counters["input_writes"]
+        summary.input_repairs = counters["input_repairs"]
+        summary.stale_input_steps = self.input_watch.stale_steps
+        self.children.check(summary.steps, summary.sim_time_s)  # a death since the last tick
+        summary.dead_processes = self.children.dead()
+        self.state_bounds.status(self.plant.x)
+        summary.state_out_of_bounds = self.state_bounds.counts()
+        summary.substeps = self.plant.substeps
+        summary.gc = self.gc.summary()
+        if self._reporter is not None:
+            self._reporter.close()
+            summary.status_lines_dropped = self._reporter.dropped
+            if self._reporter.last_error:
+                self.warnings.append(f"status callback failed {self._reporter.errors} time(s): "
+                                     f"{self._reporter.last_error}")
+        summary.alarms = self.alarms.as_list()
         summary.warnings = list(self.warnings)
         if self.bus is not None:
             summary.extra["bus"] = self.bus.counters()

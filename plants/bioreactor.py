@@ -105,7 +105,9 @@ with 1 sub-step and 0.08 % with 2. Over the 24 h validation profile (time-varyin
 acid/base, cooling, heating; tests/plants/test_bioreactor.py) 1 sub-step at dt = 1 s is
 within 4e-12 (relative) of DOP853 at rtol 1e-13; LSODA at rtol 1e-11 is 9e-9 off (its own
 error). Larger steps with 1 sub-step: dt = 10 s 4e-8, 60 s 6e-5 (2 sub-steps 4e-6), 300 s
-unstable. Keep the sub-step <= 1.5 s for stability at the corners (n_sub >= dt / 1.5 s).
+unstable. Keep the sub-step <= 1.5 s for stability at the corners (n_sub >= dt / 1.5 s): this
+is MAX_SUBSTEP, from which the loop derives its sub-step count (at 2 s, [H+] already turns
+negative at some corners: tests/plants/test_bioreactor.py).
 
 Parameters (Birol et al. 2002 Table 2 unless stated). The bounds in SPEC are the
 randomization ranges: about +-30 % on kinetic constants, narrower on activation energies
@@ -171,6 +173,10 @@ TIME_UNIT_S = 3600.0
 
 DEFAULT_SUBSTEPS = 1
 """RK4 sub-steps per step at the nominal step dt = 1 s (1/3600 h); see module docstring."""
+
+MAX_SUBSTEP = 1.5 / TIME_UNIT_S
+"""Longest stable RK4 sub-step, h (= 1.5 s): h*|lambda| <= 2.6 < 2.785 at the stiffest
+corner (pH near 7 at full dosing, DO near 0); the loop derives its sub-step count from it."""
 
 # ---- physical constants (not randomized) ----
 R_GAS = 1.987  # cal/(mol K)

@@ -119,4 +119,4 @@ def command(config, wall, out_dir, as_json, settings) -> None:
     summary.update(plot_path=str(png), softplc=plc_stats, out_dir=str(out))
     if as_json:
         click.echo(json.dumps(summary, default=str))
-    sys.exit(0 if summary["state"] == "stopped" else 1)
+    sys.exit(summary.get("exit_code", 0 if summary["state"] == "stopped" else 1))

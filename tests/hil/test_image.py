@@ -110,3 +110,123 @@ def test_attach_to_foreign_block_is_refused():
     finally:
         shm.close()
         shm.unlink()
+
+
+# ---- a writer that dies or fails mid-write ----
+def _die_mid_write(name: str, index: int, value: float) -> None:
+    """A writer SIGKILLed between the two sequence increments, part of its write landed."""
+    import os
+    import signal
+
+    img = ProcessImage.attach(name)
+
+    class DieWhileWriting:
+        def __array__(self, dtype=None, copy=None):  # numpy converts the values mid-write
+            img.inputs[index] = value  # a part of the write has reached the image
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    img.write_inputs([index, (index + 1) % img.n_inputs], DieWhileWriting())
+
+
+def _hold_mid_write(name: str, holding) -> None:
+    """A live writer that hangs mid-write: the lock held, the sequence odd (until killed)."""
+    img = ProcessImage.attach(name)
+
+    class HangWhileWriting:
+        def __array__(self, dtype=None, copy=None):  # numpy converts the values mid-write
+            holding.set()
+            time.sleep(120)
+
+    img.write_inputs([0], HangWhileWriting())
+
+
+def start_hung_writer(name: str):
+    """A real process hanging mid-write; the caller kills it (p.kill(); p.join())."""
+    ctx = mp.get_context("spawn")
+    holding = ctx.Event()
+    p = ctx.Process(target=_hold_mid_write, args=(name, holding), daemon=True)
+    p.start()
+    assert holding.wait(60), "the hung writer never took the lock"
+    return p
+
+
+def kill_mid_write(name: str, index: int, value: float) -> int:
+    """Run `_die_mid_write` in a real process; returns its exit code."""
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=_die_mid_write, args=(name, index, value))
+    p.start()
+    p.join(60)
+    return p.exitcode
+
+
+def test_writer_sigkilled_between_the_increments_is_rolled_back():
+    from hil.image import H_IN_SEQ
+
+    with ProcessImage.create(3, 2) as img:
+        img.write_inputs([0, 1, 2], [1.0, 2.0, 3.0])
+        assert kill_mid_write(img.name, 0, 999.0) == -9
+        assert int(img.header[H_IN_SEQ]) & 1, "the writer did not die mid-write"
+        # another process's reader: bounded, repairs, and sees the last complete write
+        np.testing.assert_array_equal(img.read_inputs(timeout_s=5.0), [1.0, 2.0, 3.0])
+        assert img.counters()["input_repairs"] == 1
+        other = ProcessImage.attach(img.name)
+        other.write_inputs([2], [4.0])  # writers keep working
+        np.testing.assert_array_equal(img.read_inputs(), [1.0, 2.0, 4.0])
+        other.close()
+
+
+def test_next_writer_repairs_what_a_dead_writer_left():
+    with ProcessImage.create(2, 2) as img:
+        img.write_inputs([0, 1], [1.0, 2.0])
+        assert kill_mid_write(img.name, 1, 999.0) == -9
+        img.write_inputs([0], [5.0])  # takes the lock, finds the sequence odd: the writer is dead
+        dst = np.zeros(2)
+        assert img.read_inputs_into(dst, max_tries=4, mark_applied=False)
+        np.testing.assert_array_equal(dst, [5.0, 2.0])  # nothing of the dead write kept
+        assert img.counters()["input_repairs"] == 1
+
+
+def test_loop_side_repair_never_blocks_and_needs_no_new_writer():
+    with ProcessImage.create(2, 2) as img:
+        img.write_inputs([0, 1], [1.0, 2.0])
+        assert kill_mid_write(img.name, 0, 999.0) == -9
+        dst = np.zeros(2)
+        assert img.read_inputs_into(dst, max_tries=8) is False
+        assert img.repair_inputs() is True
+        assert img.repair_inputs() is False  # nothing left to repair
+        assert img.read_inputs_into(dst)
+        np.testing.assert_array_equal(dst, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("indices, values", [([0, 7], [1.0, 2.0]), ([0, 1], [1.0, "x"]), ([0, 1], [1.0, 2.0, 3.0])],
+                         ids=["bad-index", "bad-value", "bad-shape"])
+def test_writer_that_raises_mid_write_leaves_the_image_consistent(indices, values):
+    from hil.image import H_IN_SEQ
+
+    with ProcessImage.create(2, 2) as img:
+        img.write_inputs([0, 1], [1.0, 2.0])
+        with pytest.raises((IndexError, ValueError)):
+            img.write_inputs(indices, values)
+        assert int(img.header[H_IN_SEQ]) % 2 == 0
+        dst = np.zeros(2)
+        assert img.read_inputs_into(dst, max_tries=1)
+        np.testing.assert_array_equal(dst, [1.0, 2.0])
+        assert img.counters()["input_writes"] == 1
+
+
+def test_hung_writer_gives_a_bounded_read_with_a_clear_error():
+    from hil.image import InputsStale
+
+    with ProcessImage.create(2, 2) as img:
+        img.write_inputs([0, 1], [1.0, 2.0])
+        p = start_hung_writer(img.name)
+        try:
+            with pytest.raises(InputsStale, match="mid-write"):
+                img.read_inputs(timeout_s=0.2)
+            assert img.repair_inputs() is None  # alive: not repaired behind its back
+            p.kill()  # now it dies holding the odd sequence
+            p.join(10)
+            np.testing.assert_array_equal(img.read_inputs(timeout_s=5.0), [1.0, 2.0])
+        finally:
+            p.kill()
+            p.join(10)

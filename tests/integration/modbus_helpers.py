@@ -54,6 +54,7 @@ SPEC = PlantSpec(
     ),
 )
 DEFAULT_SUBSTEPS = 1
+MAX_SUBSTEP = math.inf  # s; `step` is exact (two first-order lags): any sub-step is stable
 
 
 def derivatives(t, x, u, p, dxdt):

@@ -162,6 +162,8 @@ def test_module_fulfils_plant_contract():
     assert module is bio
     assert bio.TIME_UNIT_S == 3600.0  # hours, as PenSim
     assert isinstance(bio.DEFAULT_SUBSTEPS, int) and bio.DEFAULT_SUBSTEPS >= 1
+    assert bio.MAX_SUBSTEP * bio.TIME_UNIT_S == pytest.approx(1.5)  # s, as the docstring says
+    assert DT_H / bio.DEFAULT_SUBSTEPS <= bio.MAX_SUBSTEP  # the default respects the limit
     assert SPEC.n_states == 9 and SPEC.n_inputs == 7
 
 
@@ -427,6 +429,49 @@ def test_default_substeps_stable_at_box_corners():
     floors = np.array([1e-3, 1e-3, 1e-4, 1e-3, 1.0, 1e-3, 1e-12, 1.0, 1e-3])
     rel = np.abs(X1 - X16) / np.maximum(np.abs(X16), floors)
     assert rel.max() <= 1e-3
+
+
+def _corners(n=256, seed=1):
+    """The stiff corners of test_default_substeps_stable_at_box_corners (X, U, P)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = SPEC.lows("params"), SPEC.highs("params")
+    P = np.where(rng.random((n, SPEC.n_params)) < 0.5, lo, hi)
+    U = np.where(rng.random((n, SPEC.n_inputs)) < 0.5, SPEC.lows("inputs"), SPEC.highs("inputs"))
+    X = np.tile(SPEC.nominal("states"), (n, 1))
+    X[n // 2:, bio.X_BIOMASS] = 60.0
+    X[n // 2:, bio.X_VOLUME] = 50.0
+    X[n // 2:, bio.X_GLUCOSE] = 0.5
+    X[:, bio.X_H] = 10.0 ** -rng.uniform(4.0, 9.0, n)
+    return X, U, P
+
+
+def test_max_substep_is_the_stability_edge_at_the_corners():
+    """MAX_SUBSTEP is honest: sub-steps of exactly MAX_SUBSTEP stay physical at every stiff
+    corner for 30 min (finite, [H+] > 0, within 1e-3 of 16 sub-steps per second); sub-steps
+    a third longer (2 s) already drive [H+] negative at some corners (measured: 12 of 256)."""
+    X, U, P = _corners()
+    ref = X.copy()
+    bio.run_batch(0.0, ref, U.copy(), P, DT_H, 16, 1800)
+    at_max = X.copy()
+    bio.run_batch(0.0, at_max, U.copy(), P, bio.MAX_SUBSTEP, 1, int(round(0.5 / bio.MAX_SUBSTEP)))
+    assert np.all(np.isfinite(at_max)) and np.all(at_max[:, bio.X_H] > 0.0)
+    floors = np.array([1e-3, 1e-3, 1e-4, 1e-3, 1.0, 1e-3, 1e-12, 1.0, 1e-3])
+    assert (np.abs(at_max - ref) / np.maximum(np.abs(ref), floors)).max() <= 1e-3
+    beyond = X.copy()
+    bio.run_batch(0.0, beyond, U.copy(), P, 2.0 / 3600.0, 1, 900)
+    assert np.any(~(beyond[:, bio.X_H] > 0.0))
+
+
+def test_plant_derives_and_checks_substeps_from_max_substep():
+    from plants.base import SubstepTooLong, substeps_for
+
+    assert substeps_for(bio, DT_H) == 1
+    assert substeps_for(bio, 1.5 / 3600.0) == 1  # exactly at the limit
+    assert substeps_for(bio, 60.0 / 3600.0) == 40
+    assert substeps_for(bio, 61.0 / 3600.0) == 41
+    assert Plant(bio, dt=10.0 / 3600.0).substeps == 7
+    with pytest.raises(SubstepTooLong, match="at least 7 sub-steps"):
+        Plant(bio, 6, dt=10.0 / 3600.0)
 
 
 @pytest.mark.parametrize("name", SPEC.names("inputs"))
