@@ -231,7 +231,8 @@ class Runtime:
             from hil.safety import launch
 
             # decision log and status files where [safety].decision_log says
-            self._policy_handles = launch.start(self.scenario, self.scenario_path or "")
+            self._policy_handles = launch.start(self.scenario, self.scenario_path or "",
+                                                key=self.bus.key if self.bus is not None else None)
         else:
             self._policy_handles = None
 
@@ -243,6 +244,7 @@ class Runtime:
 
             handles = self._policy_handles
             launch.stop(handles)
+            extra["policy"] = launch.supervision_summary(handles)  # deaths, hangs, restarts, alarms
             self._policy_handles = None
             try:
                 extra["safety"] = json.loads(Path(handles.status_path).read_text())["counters"]
@@ -389,9 +391,14 @@ class Runtime:
             if rec is not None and k % decimate == 0:
                 self._fill_row(row, k, t + step_s, wall_ns, late_ns, o_cmd, o_app, o_x, o_y, o_meas)
                 rec.append(row)
-            if on_status is not None and (now := time.monotonic()) >= next_status:
+            if (now := time.monotonic()) >= next_status:
                 next_status = now + status_every  # after a stall: one line, not a burst
-                on_status(self._status(k + 1))
+                if self._policy_handles is not None:  # policy dead or hung: alarm, restart
+                    from hil.safety.launch import supervise
+
+                    supervise(self._policy_handles)
+                if on_status is not None:
+                    on_status(self._status(k + 1))
         else:
             k = self.n_steps
             summary.steps = k

@@ -1,12 +1,21 @@
 """Start and stop the policy and safety processes of a scenario.
 
-    handles = start(scenario, scenario_path)      # before the loop raises its priority
-    ...                                           # run the loop (LoopBusEndpoint talks to them)
+    handles = start(scenario, scenario_path, key=bus.key)   # before the loop raises its priority
+    ...                                                     # run the loop (LoopBusEndpoint talks to them)
+    supervise(handles)                                      # every status tick: policy dead or hung?
     stop(handles)
 
 Both run as `python -m hil.policy.runner` / `python -m hil.safety.wrapper` children that get the
 validated scenario as JSON (so `--set` overrides reach them) plus the scenario file's path
-(relative policy paths resolve against it), and exit on their own if this process dies.
+(relative policy paths resolve against it), and exit on their own if this process dies. The
+run's bus secret goes to them in their environment (HIL_BUS_KEY), never on the command line.
+
+Supervision (`supervise`, wall time): a policy process that exited is a death, one whose status
+file (its heartbeat, rewritten every 0.5 s) is older than `[policy] restart.hang_s` is hung
+(killed when restarts are allowed). Both raise an alarm (`PolicySupervisor.alarms`). With
+`[policy] restart` the process is started again after backoff_s, doubling per restart up to
+backoff_max_s, at most max_restarts times per run; the new process signs with the same secret.
+Without it (the default) the policy stays dead and the safety's baseline holds.
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+HANG_S_DEFAULT = 5.0  # wall s without a heartbeat: hung (when [policy] restart does not say)
+STARTUP_S = 60.0  # wall s a (re)started policy process has to write its first heartbeat
+
 
 @dataclass
 class Handles:
@@ -32,6 +44,10 @@ class Handles:
     policy_status_path: str
     workdir: str
     files: list = field(default_factory=list)
+    policy_cmd: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    popen_kw: dict = field(default_factory=dict)
+    supervisor: "PolicySupervisor | None" = None
 
 
 def scenario_to_json(scenario) -> str:
@@ -57,11 +73,13 @@ def load_child_scenario(config: str, scenario_json: str | None):
 
 
 def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
-          policy_version: str | None = None, ready_timeout_s: float = 30.0) -> Handles:
+          policy_version: str | None = None, ready_timeout_s: float = 30.0, key: bytes | None = None) -> Handles:
     """Start the safety and policy processes and wait (up to ready_timeout_s) until both have
     their sockets open. `log_dir`: where the decision log and the status files go (default:
-    [safety].decision_log). `stderr`: a file for both children's stderr. Raises RuntimeError
-    if a child exits or does not come up (after stopping both)."""
+    [safety].decision_log). `stderr`: a file for both children's stderr. `key`: the run's bus
+    secret (default: read from the run directory, where the loop's endpoint created it).
+    Raises RuntimeError if a child exits or does not come up (after stopping both)."""
+    from hil.bus_auth import child_env, read_run_key
     from hil.safety.wrapper import _template
 
     if scenario.policy is None or scenario.safety is None or scenario.bus is None:
@@ -83,7 +101,8 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
         if os.path.exists(stale):
             os.remove(stale)
     me = str(os.getpid())
-    common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True)
+    env = child_env(read_run_key(scenario.bus, scenario.name) if key is None else key)
+    common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True, env=env)
     safety = subprocess.Popen(
         [sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml", "--scenario-json", sc_json,
          "--log", log, "--status", status, "--parent-pid", me], **common)
@@ -92,7 +111,8 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     if policy_version:
         cmd += ["--version", policy_version]
     policy = subprocess.Popen(cmd, **common)
-    handles = Handles(policy, safety, log, status, pol_status, workdir)
+    handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=env, popen_kw=common)
+    handles.supervisor = PolicySupervisor(handles, scenario.policy.restart)
     if not wait_ready(handles, ready_timeout_s):
         codes = stop(handles)
         raise RuntimeError(f"policy/safety processes did not come up (exit codes {codes}); see their stderr")
@@ -135,3 +155,144 @@ def stop(handles: Handles | None, timeout_s: float = 5.0) -> dict:
             p.wait(5)
     shutil.rmtree(handles.workdir, ignore_errors=True)
     return {k: p.returncode for k, p in procs.items()}
+
+
+class PolicySupervisor:
+    """Watches the policy process from the loop's status tick; restarts it if allowed.
+
+    Counters (the run summary's "policy" entry): policy_deaths (exited), policy_hangs (no
+    heartbeat for hang_s), policy_restarts, policy_restart_failures (a restart that did not come
+    up within STARTUP_S). `alarms`: one line per death or hang, with the wall time since start."""
+
+    def __init__(self, handles: Handles, restart=None):
+        self.h = handles
+        self.restart = restart  # hil.safety.config.RestartSection or None
+        self.hang_s = restart.hang_s if restart is not None else HANG_S_DEFAULT
+        self.counters = {"policy_deaths": 0, "policy_hangs": 0, "policy_restarts": 0, "policy_restart_failures": 0}
+        self.alarms: list[str] = []
+        self.events: list[str] = []
+        self._t0 = time.monotonic()
+        self._state = "starting"  # starting | up | hung | down | gave_up
+        self._spawned_wall = time.time()
+        self._spawned = self._t0
+        self._restart_at = 0.0
+        self._killed = False
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def tick(self, now: float | None = None) -> list[str]:
+        """One check (cheap: a poll and a stat). Returns the alarm/event lines raised now."""
+        now = time.monotonic() if now is None else now
+        new: list[str] = []
+        proc = self.h.policy
+        if self._state in ("starting", "up", "hung"):
+            rc = proc.poll()
+            if rc is not None:
+                if not self._killed:
+                    self.counters["policy_deaths"] += 1
+                    new.append(self._alarm(now, f"policy process {proc.pid} died (exit code {rc})"))
+                self._schedule(now, new)
+            elif self._state == "starting":
+                if self._heartbeat_age() is not None:
+                    self._state = "up"
+                    if self.counters["policy_restarts"]:
+                        new.append(self._event(now, f"policy process {proc.pid} is up again"))
+                elif now - self._spawned > STARTUP_S:
+                    self.counters["policy_restart_failures"] += 1
+                    new.append(self._alarm(now, f"policy process {proc.pid} did not come up in {STARTUP_S:g} s"))
+                    self._kill()
+            elif self._state == "up":
+                age = self._heartbeat_age()
+                if age is not None and age > self.hang_s:
+                    self.counters["policy_hangs"] += 1
+                    new.append(self._alarm(now, f"policy process {proc.pid} hung: no heartbeat for {age:.1f} s"))
+                    if self.restart is not None:
+                        self._kill()
+                    else:
+                        self._state = "hung"
+            elif self._state == "hung" and (age := self._heartbeat_age()) is not None and age <= self.hang_s:
+                self._state = "up"
+                new.append(self._event(now, f"policy process {proc.pid} answers again"))
+        elif self._state == "down" and now >= self._restart_at:
+            if proc.poll() is None:  # killed, not reaped yet: next tick
+                return new
+            self._spawn(now, new)
+        return new
+
+    def _heartbeat_age(self) -> float | None:
+        """Wall s since the policy process last wrote its status file; None before its first."""
+        try:
+            mtime = os.stat(self.h.policy_status_path).st_mtime
+        except OSError:
+            return None
+        if mtime < self._spawned_wall - 1.0:  # a previous life's file
+            return None
+        return max(0.0, time.time() - mtime)
+
+    def _kill(self) -> None:
+        self._killed = True
+        try:
+            self.h.policy.kill()
+        except ProcessLookupError:
+            pass
+        self._state = "hung"  # until poll() sees it gone: then _schedule
+
+    def _schedule(self, now: float, new: list[str]) -> None:
+        r = self.restart
+        n = self.counters["policy_restarts"]
+        if r is None:
+            self._state = "gave_up"
+            new.append(self._event(now, "policy not restarted ([policy] restart not configured)"))
+        elif n >= r.max_restarts:
+            self._state = "gave_up"
+            new.append(self._alarm(now, f"policy not restarted: max_restarts = {r.max_restarts} reached"))
+        else:
+            self._state = "down"
+            self._restart_at = now + min(r.backoff_s * 2.0 ** n, r.backoff_max_s)
+
+    def _spawn(self, now: float, new: list[str]) -> None:
+        try:
+            os.remove(self.h.policy_status_path)
+        except OSError:
+            pass
+        self._spawned_wall, self._spawned, self._killed = time.time(), now, False
+        try:
+            self.h.policy = subprocess.Popen(self.h.policy_cmd, **self.h.popen_kw)
+        except OSError as exc:
+            self.counters["policy_restart_failures"] += 1
+            new.append(self._alarm(now, f"policy restart failed: {exc}"))
+            self._schedule(now, new)
+            return
+        self.counters["policy_restarts"] += 1
+        self._state = "starting"
+        new.append(self._event(now, f"policy restarted (#{self.counters['policy_restarts']}, "
+                                    f"pid {self.h.policy.pid})"))
+
+    def _alarm(self, now: float, text: str) -> str:
+        line = f"t_wall+{now - self._t0:.1f}s ALARM {text}"
+        self.alarms.append(line)
+        self.events.append(line)
+        return line
+
+    def _event(self, now: float, text: str) -> str:
+        line = f"t_wall+{now - self._t0:.1f}s {text}"
+        self.events.append(line)
+        return line
+
+    def summary(self) -> dict:
+        return {**self.counters, "state": self._state, "alarms": list(self.alarms), "events": list(self.events)}
+
+
+def supervise(handles: Handles | None) -> list[str]:
+    """The loop's status tick: check the policy process (see PolicySupervisor); new lines."""
+    if handles is None or handles.supervisor is None:
+        return []
+    return handles.supervisor.tick()
+
+
+def supervision_summary(handles: Handles | None) -> dict:
+    if handles is None or handles.supervisor is None:
+        return {}
+    return handles.supervisor.summary()
