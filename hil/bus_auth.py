@@ -196,14 +196,21 @@ class ControlAuth:
 
         body = verify(self._ckey, raw)
         authed = body is not None
+        why = "unsigned (needs the run's bus key)"
         try:
             msg = msgpack.unpackb(body if authed else raw, raw=False)
         except Exception:
-            return None, False, "not a msgpack map"
+            msg = None
+            if not authed and len(raw) > TAG_BYTES:  # a body with a tag that is not the run's
+                try:
+                    msg = msgpack.unpackb(memoryview(raw)[:-TAG_BYTES], raw=False)
+                    why = "signed with another key"
+                except Exception:
+                    msg = None
         if not isinstance(msg, dict):
             return None, False, "not a msgpack map"
         if not authed:
-            return msg, False, "unsigned (needs the run's bus key)"
+            return msg, False, why
         now = time.time_ns()
         wall, nonce = msg.get("wall_ns"), msg.get("nonce")
         if type(wall) is not int or abs(now - wall) > self._max_age_ns:
