@@ -92,16 +92,10 @@ def ensure_private_dir(path: str, key_path: str = "bus.ipc_dir") -> str:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(key_path, f"{path} is not a directory (a symlink or a file): refusing to use it "
-                                    "for the bus; remove it or set bus.ipc_dir")
-    if st.st_uid != os.geteuid():
-        raise ConfigError(key_path, f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}): "
-                                    "refusing to put the bus sockets and key there; remove it or set bus.ipc_dir")
-    if st.st_mode & 0o077:
-        raise ConfigError(key_path, f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, wider than 0700: refusing "
-                                    f"to put the bus sockets and key there; chmod 700 {path} or remove it")
+    from hil.bus_config import run_dir_problem
+
+    if reason := run_dir_problem(path):
+        raise ConfigError(key_path, reason)
     return path
 
 

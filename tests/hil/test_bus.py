@@ -397,3 +397,71 @@ def test_vector_checks_fast_and_slow_paths(a, counter):
         assert msg is not None and msg.payload["a"].tolist() == [float(v) for v in a]
     else:
         assert msg is None and rx.counters[counter] == 1
+
+
+def test_loop_fallback_ramps_from_the_applied_value_at_the_rate_inside_the_box(bus_dir):
+    """After the watchdog trips, each step moves the bus inputs toward the fallback action by at
+    most rate * step_s from what was APPLIED, and never outside the safety's box."""
+    a = {n: f"ipc://{bus_dir}/{n}" for n in ("o1", "o2", "a")}
+    ep = LoopBusEndpoint(
+        obs_addrs=[a["o1"], a["o2"]], action_addr=a["a"], n_outputs=N_OUT, n_inputs=N_IN, action_names=["b", "d"],
+        apply_index=np.array([1, 3]), apply_pos=np.array([0, 1]), fallback=np.array([30.0, 50.0]),
+        watchdog_steps=1, lockstep_timeout_s=1.0, max_action_age_steps=2, key=KEY, step_s=0.5,
+        fallback_rate=np.array([4.0, np.inf]), fallback_lo=np.array([0.0, 0.0]), fallback_hi=np.array([80.0, 40.0]))
+    try:
+        u = np.array([0.0, 13.0, 0.0, 7.0])  # the initial commands: applied before any action
+        ep.before_step(0, 0.0, u, False)
+        assert u[1] == pytest.approx(15.0) and u[3] == 40.0  # 13 + 4 * 0.5; 50 clipped into the box
+        applied = []
+        for k in range(1, 12):
+            u_app = u.copy()
+            u_app[1] -= 0.5  # an actuator gap: what was applied differs from the command
+            ep.after_step(k - 1, k * 0.5, np.zeros(N_OUT), u_app)
+            u = u_app.copy()
+            ep.before_step(k, k * 0.5, u, False)
+            assert u[1] - u_app[1] <= 2.0 + 1e-12  # from the applied value, at most rate * step_s
+            applied.append(u[1])
+        assert applied[-1] == pytest.approx(30.0) and ep.counters()["fallback_rate_limited_steps"] >= 5
+    finally:
+        ep.close()
+
+
+def test_run_dir_refused_when_wider_than_0700_or_owned_by_another_user(tmp_path, monkeypatch):
+    from hil.bus_auth import create_run_key, ensure_private_dir, read_run_key
+    from hil.errors import ConfigError
+
+    d = tmp_path / "run"
+    assert ensure_private_dir(str(d)) == str(d) and (d.stat().st_mode & 0o777) == 0o700  # created private
+    d.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"bus.ipc_dir: .*run has mode 0755, wider than 0700.*chmod 700"):
+        ensure_private_dir(str(d))
+    d.chmod(0o700)
+    uid = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: uid + 4242)
+    with pytest.raises(ConfigError, match=rf"{d} is owned by uid {uid}, not by this user"):
+        ensure_private_dir(str(d))
+    monkeypatch.undo()
+    (tmp_path / "link").symlink_to(d)
+    with pytest.raises(ConfigError, match="not a directory"):
+        ensure_private_dir(str(tmp_path / "link"))
+    # the key file: fresh per run, 0600, readable back by the same user only
+    bus = BusSection(ipc_dir=str(d))
+    k1, k2 = create_run_key(bus, "sc"), create_run_key(bus, "sc")
+    assert k1 != k2 and len(k1) == 32 and read_run_key(bus, "sc") == k2
+    assert ((d / "key").stat().st_mode & 0o777) == 0o600
+    (d / "key").chmod(0o644)
+    with pytest.raises(ConfigError, match="mode 0644"):
+        read_run_key(bus, "sc")
+
+
+def test_a_scenario_whose_run_dir_is_world_readable_is_refused_at_load(tmp_path):
+    from hil.errors import ConfigError
+    from tests.hil.safety.helpers import scenario
+
+    d = tmp_path / "shared"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    with pytest.raises(ConfigError, match=rf"bus.ipc_dir: {d} has mode 0777, wider than 0700"):
+        scenario({"bus": {"ipc_dir": str(d)}})
+    d.chmod(0o700)
+    assert scenario({"bus": {"ipc_dir": str(d)}}).bus.ipc_dir == str(d)

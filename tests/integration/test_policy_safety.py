@@ -477,3 +477,57 @@ def test_dead_policy_in_lockstep_costs_seconds_not_a_deadline_per_step(tmp_path)
     assert all(r["source"] == "baseline:silent" for r in _decisions(log))
     assert summary.extra["bus"]["lockstep_timeouts"] == 0  # the safety answered every step itself
     _in_bounds(df)
+
+
+def test_bad_do_dropout_reaches_the_safety_with_bad_quality_not_dropped(tmp_path):
+    """A "bad" DO sensor dropout (NaN) travels as Bad quality: the policy and the safety accept
+    every such observation (none dropped as non-finite), and the loop never stalls."""
+    gaps = {"sensors": {"dissolved_oxygen": {"dropout_rate_per_s": 0.02, "dropout_duration_s": 20.0,
+                                             "dropout_mode": "bad"}}}
+    sc = _scenario(tmp_path, gaps=gaps, bus={"policy_deadline_s": 0.05}, **FULL)  # the policy is silent on NaN
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=300.0)
+    bad_steps = int(df["meas.dissolved_oxygen"].isna().sum())
+    assert bad_steps >= 10  # the dropouts happened (seeded)
+    bus = summary.extra["bus"]
+    assert bus["obs_bad_quality"] == bad_steps and bus["obs_sent"] == 2 * 300 and bus["lockstep_timeouts"] == 0
+    st = json.loads((tmp_path / "safety-status.json").read_text())["counters"]
+    assert st["obs_dropped_nonfinite"] == 0 and st["obs_dropped_malformed"] == 0
+    assert st["obs_bad_quality"] >= bad_steps - 1  # (the last observation races the end of the run)
+    assert st["obs_accepted"] >= 299
+    assert np.isfinite(df[["app.base_flow", "app.agitation_power"]].to_numpy()).all()
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_dead_or_hung_policy_is_restarted_with_backoff_counted_and_proposes_again(tmp_path, fault):
+    """[policy] restart: a policy SIGKILLed (dead) or SIGSTOPped (hung: no heartbeat) mid-run is
+    detected at the loop's status tick, (killed and) started again after the backoff, counted,
+    and its proposals reach the safety again through the same secret."""
+    sc = _scenario(tmp_path, policy={"restart": {"max_restarts": 2, "backoff_s": 0.2, "hang_s": 2.0}},
+                   bus={"policy_deadline_s": 0.05}, **FULL)
+    marks = {}
+
+    def on_status(status):
+        h = rt_holder[0]._policy_handles
+        if "step" not in marks and status["steps"] >= 50:
+            marks["step"], marks["pid"] = status["steps"] - 1, h.policy.pid
+            os.kill(h.policy.pid, getattr(signal, fault))
+        elif "step" in marks and h.policy.pid != marks["pid"] and "new" not in marks:
+            marks["new"] = h.policy.pid
+        time.sleep(0.005)  # lockstep runs fast: leave the supervisor some wall time per step
+
+    rt_holder = []
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=1200.0, on_status=on_status, setup=rt_holder.append)
+    sup = summary.extra["policy"]
+    assert sup["policy_restarts"] == 1 and sup["state"] == "up", sup
+    if fault == "SIGKILL":
+        assert sup["policy_deaths"] == 1 and sup["policy_hangs"] == 0 and "died" in sup["alarms"][0]
+    else:
+        assert sup["policy_hangs"] == 1 and sup["policy_deaths"] == 0 and "hung" in sup["alarms"][0]
+    assert marks.get("new") and marks["new"] != marks["pid"]
+    log = read_log(tmp_path / "decisions.jsonl")
+    dec = _decisions(log, step_from=marks["step"] + 1)
+    silent = [r["step"] for r in dec if r["proposal"] is None]
+    back = [r["step"] for r in dec if r["proposal"] is not None and r["step"] > (silent[0] if silent else 0)]
+    assert silent and back, "the policy never went silent or never came back"
+    assert summary.extra["bus"]["watchdog_trips"] == 0 and summary.extra["bus"]["lockstep_timeouts"] == 0
+    _in_bounds(df)
