@@ -190,20 +190,22 @@ def _vector(value, n: int) -> np.ndarray:
 
 
 _QUALITY_CODES = (QUALITY_GOOD, QUALITY_UNCERTAIN, QUALITY_BAD)
+_INT_ONLY = {int}
+_HEADER_KEYS = frozenset(HEADER)
 
 
-def _quality(value, n: int, all_good: list) -> np.ndarray:
-    """n quality codes (ints 0, 1, 2) as uint8, or raise the matching _Bad."""
+def _quality(value, n: int, all_good: list) -> tuple[np.ndarray, bool]:
+    """n quality codes (ints 0, 1, 2) as uint8 and whether any is not Good; or raise _Bad."""
     if type(value) is not list:
         raise _Bad("dropped_malformed")
-    if value == all_good and set(map(type, value)) == {int}:  # the usual case: one C comparison
-        return np.zeros(n, dtype=np.uint8)
+    if value == all_good and set(map(type, value)) <= _INT_ONLY:  # the usual case: C loops only
+        return np.zeros(n, dtype=np.uint8), False
     for v in value:
         if type(v) is not int or v not in _QUALITY_CODES:
             raise _Bad("dropped_malformed")
     if len(value) != n:
         raise _Bad("dropped_shape")
-    return np.array(value, dtype=np.uint8)
+    return np.array(value, dtype=np.uint8), True
 
 
 class Receiver:
@@ -216,6 +218,7 @@ class Receiver:
         self.schema = schema
         self._ckey = channel_key(key, channel or kind)
         self._all_good = {name: [QUALITY_GOOD] * n for name, (typ, n) in schema.items() if typ == "qual"}
+        self._payload_keys = frozenset(schema)
         self.last = (-1, -1)  # (sid, seq) of the last accepted message
         self.counters = {"received": 0, "accepted": 0, "superseded": 0}
         self.counters.update({c: 0 for c in DROP_COUNTERS})
@@ -273,7 +276,7 @@ class Receiver:
             raise _Bad("dropped_schema")
         if m.get("kind") != self.kind:
             raise _Bad("dropped_schema")
-        if len(m) != len(HEADER) or any(k not in m for k in HEADER):
+        if m.keys() != _HEADER_KEYS:
             raise _Bad("dropped_malformed")
         sid, seq, step, t_s, wall_ns, payload = (
             m["sid"], m["seq"], m["step"], m["t_s"], m["wall_ns"], m["payload"]
@@ -286,13 +289,12 @@ class Receiver:
             raise _Bad("dropped_malformed")
         if not math.isfinite(t_s):
             raise _Bad("dropped_nonfinite")
-        if type(payload) is not dict or len(payload) != len(self.schema):
+        if type(payload) is not dict or payload.keys() != self._payload_keys:
             raise _Bad("dropped_malformed")
         out = {}
         loose = None  # a yvec field holding non-finite values: allowed where the quality is Bad
+        q_any = False  # a quality other than Good
         for name, (typ, n) in self.schema.items():
-            if name not in payload:
-                raise _Bad("dropped_malformed")
             value = payload[name]
             if typ == "vec":
                 out[name] = _vector(value, n)
@@ -305,7 +307,7 @@ class Receiver:
                     out[name] = np.array(value, dtype=np.float64)
                     loose = name
             elif typ == "qual":
-                out[name] = _quality(value, n, self._all_good[name])
+                out[name], q_any = _quality(value, n, self._all_good[name])
             elif typ == "optvec":
                 out[name] = None if value is None else _vector(value, n)
             elif typ == "mat":
@@ -328,9 +330,8 @@ class Receiver:
                 if not math.isfinite(value):
                     raise _Bad("dropped_nonfinite")
                 out[name] = float(value)
-        q = out.get("q")
-        if q is not None and q.any():
-            bad = q == QUALITY_BAD
+        if q_any:
+            bad = out["q"] == QUALITY_BAD
             if loose is not None and not np.isfinite(out[loose][~bad]).all():
                 raise _Bad("dropped_nonfinite")
             out["y"][bad] = np.nan
