@@ -100,10 +100,6 @@ def _pct(v: np.ndarray) -> dict:
 def _addrs(transport: str, tmp: str, names) -> dict:
     if transport == "ipc":
         return {n: f"ipc://{tmp}/{n}" for n in names}
-    if transport == "unix":  # hil's datagram transport for the per-step endpoints, zmq ipc for the rest
-        from hil.bus_config import DATAGRAM_ENDPOINTS
-
-        return {n: f"unix://{tmp}/{n}" if n in DATAGRAM_ENDPOINTS else f"ipc://{tmp}/{n}" for n in names}
     import socket
 
     out, socks = {}, []
@@ -316,8 +312,7 @@ def projection_cost(n: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="few round trips (smoke test)")
-    ap.add_argument("--transport", choices=("ipc", "tcp", "unix"), default="ipc",
-                    help="hil's transport; the raw pyzmq references use ipc for unix")
+    ap.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     ap.add_argument("--n", type=int, default=3000, help="timed round trips per path")
     ap.add_argument("--policy", choices=("demo", "constant"), default="demo")
     ap.add_argument("--spin-us", type=float, default=None,
@@ -329,9 +324,8 @@ def main(argv=None) -> int:
         from plants.base import load_plant_module
 
         spec = load_plant_module("bioreactor").SPEC
-        zmq_transport = "ipc" if args.transport == "unix" else args.transport
-        raw = raw_rtt(zmq_transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
-        topo = raw_topology_rtt(zmq_transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
+        raw = raw_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
+        topo = raw_topology_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
         hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy, args.spin_us)
         proj = projection_cost(200 if args.quick else 2000)
         auth = auth_cost(200 if args.quick else 2000)

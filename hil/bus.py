@@ -47,8 +47,6 @@ import numpy as np
 import zmq
 
 from hil.bus_auth import TAG_BYTES, channel_key, ensure_private_dir
-from hil.bus_unix import SCHEME as SCHEME_UNIX
-from hil.bus_unix import DgramSocket, Poller
 
 SCHEMA_VERSION = 1
 KINDS = ("obs", "proposal", "action", "command")
@@ -346,12 +344,7 @@ class Receiver:
 
 
 def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: int = 64) -> zmq.Socket:
-    """A socket that never lingers; a connecting PUSH queues nothing while not connected.
-
-    A unix:// address (hil/bus_unix.py) gives a DgramSocket instead: the receiving end (PULL)
-    binds whatever `bind` says, senders send to its path."""
-    if addr.startswith(SCHEME_UNIX):
-        return DgramSocket(addr[len(SCHEME_UNIX):], receiver=socket_type == zmq.PULL)
+    """A socket that never lingers; a connecting PUSH queues nothing while not connected."""
     sock = ctx.socket(socket_type)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, hwm)
@@ -476,7 +469,7 @@ class LoopBusEndpoint:
         self._ctx = zmq.Context()
         self._obs_socks = [open_socket(self._ctx, zmq.PUSH, a, bind=True, hwm=hwm) for a in obs_addrs]
         self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm)
-        self._poller = Poller()
+        self._poller = zmq.Poller()
         self._poller.register(self._action_sock, zmq.POLLIN)
         self._sender = Sender("obs", key)
         self._rx = Receiver("action", payload_schema("action", n_outputs, n_inputs, len(action_names)), key)

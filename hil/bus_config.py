@@ -10,9 +10,7 @@ Topology (one consumer per endpoint; PUSH/PULL so nothing is lost to a slow join
 The loop binds obs_policy, obs_safety and action; the safety process binds proposal, command,
 advice and control; the policy connects. Every endpoint is derived from `transport`
 (`ipc` files in `ipc_dir`, or `tcp://127.0.0.1` ports from `tcp_base_port` on) unless named
-explicitly in `endpoints`. Transport `unix` (hil/bus_unix.py): the five per-step endpoints are
-Unix datagram sockets in `ipc_dir`, bound by their receiver (policy: obs_policy, command; safety:
-obs_safety, proposal; loop: action); advice and control stay zmq ipc.
+explicitly in `endpoints`.
 
 Times: `watchdog_s` is simulated seconds (turned into loop steps), the `*_timeout_s` and
 `policy_deadline_s` are wall seconds.
@@ -31,17 +29,12 @@ from pydantic import Field
 from hil.config import StrictModel, outside_bounds
 
 ENDPOINT_NAMES = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control")
-DATAGRAM_ENDPOINTS = ("obs_policy", "obs_safety", "proposal", "action", "command")  # transport "unix"
 IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
 
 
 class BusSection(StrictModel):
     enabled: bool = Field(default=True, description="false: the loop runs without a bus")
-    transport: Literal["ipc", "tcp", "unix"] = Field(
-        default="ipc",
-        description="ipc:// (zmq) files, tcp:// (zmq), or unix: datagram sockets in ipc_dir for the "
-        "per-step endpoints, no zmq I/O threads on the round trip (hil/bus_unix.py)",
-    )
+    transport: Literal["ipc", "tcp"] = Field(default="ipc", description="ipc:// files or tcp://")
     ipc_dir: str = Field(
         default="",
         description="run directory: the ipc sockets and the run's bus key; '' = <tmp>/hil-<user>-<scenario>; "
@@ -102,9 +95,7 @@ class BusSection(StrictModel):
             raise KeyError(f"unknown bus endpoint {name!r} (known: {', '.join(ENDPOINT_NAMES)})")
         if name in self.endpoints:
             return self.endpoints[name]
-        if self.transport == "unix" and name in DATAGRAM_ENDPOINTS:
-            return "unix://" + os.path.join(self.resolved_ipc_dir(scenario_name), name)
-        if self.transport in ("ipc", "unix"):
+        if self.transport == "ipc":
             return "ipc://" + os.path.join(self.resolved_ipc_dir(scenario_name), name)
         return f"tcp://{self.tcp_host}:{self.tcp_base_port + ENDPOINT_NAMES.index(name)}"
 
@@ -127,19 +118,16 @@ class BusSection(StrictModel):
             path = f"bus.endpoints.{name}"
             if name not in ENDPOINT_NAMES:
                 problems.append((path, f"unknown endpoint (known: {', '.join(ENDPOINT_NAMES)})"))
-            elif addr.startswith("unix://") and name not in DATAGRAM_ENDPOINTS:
-                problems.append((path, f"{name} needs zmq (PUB/SUB or REQ/REP): an ipc:// or tcp:// address"))
-            elif not addr.startswith(("ipc://", "tcp://", "inproc://", "unix://")):
-                problems.append((path, f"{addr!r} is not an ipc://, tcp://, unix:// or inproc:// address"))
+            elif not addr.startswith(("ipc://", "tcp://", "inproc://")):
+                problems.append((path, f"{addr!r} is not an ipc://, tcp:// or inproc:// address"))
         if self.enabled and (reason := run_dir_problem(self.resolved_ipc_dir(scenario.name))):
             problems.append(("bus.ipc_dir", reason))
-        if self.transport in ("ipc", "unix"):
+        if self.transport == "ipc":
             for name in ENDPOINT_NAMES:
                 addr = self.endpoint(name, scenario.name)
-                local = addr.split("://", 1)[1]
-                if addr.startswith(("ipc://", "unix://")) and len(local) > IPC_PATH_MAX:
+                if addr.startswith("ipc://") and len(addr) - 6 > IPC_PATH_MAX:
                     problems.append(
-                        ("bus.ipc_dir", f"ipc path {local!r} is longer than {IPC_PATH_MAX} bytes")
+                        ("bus.ipc_dir", f"ipc path {addr[6:]!r} is longer than {IPC_PATH_MAX} bytes")
                     )
                     break
         bus_inputs = [n for n, s in scenario.inputs.items() if s.driver == "bus"]

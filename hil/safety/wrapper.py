@@ -38,7 +38,7 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from hil.bus import (QUALITY_BAD, Poller, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
+from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry, vec)
 from hil.bus_auth import TAG_BYTES, ControlAuth, channel_key, sign
 
@@ -216,7 +216,7 @@ class SafetyProcess:
             "advice": open_socket(ctx, zmq.PUB, ep("advice"), bind=True, hwm=bus.hwm),
             "control": open_socket(ctx, zmq.REP, ep("control"), bind=True, hwm=bus.hwm),
         }
-        poller = Poller()  # zmq sockets and unix:// datagram sockets alike
+        poller = zmq.Poller()
         for key in ("obs", "proposal", "control"):
             poller.register(socks[key], zmq.POLLIN)
         stop = []
