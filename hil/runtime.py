@@ -265,6 +265,10 @@ class Runtime:
                      rt.lock_memory() if loop.priority else None, rt.set_fifo(loop.priority)):
             if warn:
                 self.warnings.append(warn)
+        if self._policy_handles is not None and loop.priority:  # on the control path: just below the loop
+            from hil.safety.launch import set_priority
+
+            self.warnings += set_priority(self._policy_handles, max(1, loop.priority - 1))
 
     def _child_pids(self) -> list[int]:
         pids = [s.process.pid for s in self._children]

@@ -465,3 +465,28 @@ def test_a_scenario_whose_run_dir_is_world_readable_is_refused_at_load(tmp_path)
         scenario({"bus": {"ipc_dir": str(d)}})
     d.chmod(0o700)
     assert scenario({"bus": {"ipc_dir": str(d)}}).bus.ipc_dir == str(d)
+
+
+def test_policy_and_safety_get_fifo_priority_on_every_thread():
+    """launch.set_priority: SCHED_FIFO for every thread of both children (real-time runs)."""
+    import subprocess
+    import sys
+
+    from hil.safety.launch import Handles, set_priority
+
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); time.sleep(30)"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # both threads up
+        h = Handles(procs[0], procs[1], "", "", "", "")
+        warns = set_priority(h, 1)
+        if warns:
+            pytest.skip(f"no SCHED_FIFO here: {warns[0]}")
+        for p in procs:
+            tids = [int(t) for t in os.listdir(f"/proc/{p.pid}/task")]
+            assert len(tids) == 2 and all(os.sched_getscheduler(t) == os.SCHED_FIFO for t in tids)
+        assert h.priority == 1 and set_priority(h, 0) == []
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(5)
