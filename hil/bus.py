@@ -466,6 +466,7 @@ class LoopBusEndpoint:
         self.max_action_age_steps = int(max_action_age_steps)
         self._spin_ns = int(spin_us * 1000.0)
         self.key = key
+        self._key_path: str | None = None  # the key file this endpoint created (build), removed by close
         self._ctx = zmq.Context()
         self._obs_socks = [open_socket(self._ctx, zmq.PUSH, a, bind=True, hwm=hwm) for a in obs_addrs]
         self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm)
@@ -525,7 +526,10 @@ class LoopBusEndpoint:
                 if n in safety.projection.rate:
                     rate[i] = safety.projection.rate[n]
         name = scenario.name
-        return cls(
+        own_key = key is None
+        if own_key:
+            key = create_run_key(section, name)
+        ep = cls(
             obs_addrs=[section.endpoint("obs_policy", name), section.endpoint("obs_safety", name)],
             action_addr=section.endpoint("action", name),
             n_outputs=spec.n_outputs,
@@ -537,7 +541,7 @@ class LoopBusEndpoint:
             watchdog_steps=section.watchdog_steps(scenario.loop.step_s),
             lockstep_timeout_s=section.lockstep_timeout_s,
             max_action_age_steps=section.max_action_age_steps,
-            key=create_run_key(section, name) if key is None else key,
+            key=key,
             step_s=scenario.loop.step_s,
             fallback_rate=rate,
             fallback_lo=lo,
@@ -545,6 +549,11 @@ class LoopBusEndpoint:
             hwm=section.hwm,
             spin_us=section.spin_us,
         )
+        if own_key:
+            from hil.bus_auth import KEY_FILE, run_dir
+
+            ep._key_path = os.path.join(run_dir(section, name), KEY_FILE)
+        return ep
 
     # ---- per step ----
     def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
@@ -688,6 +697,11 @@ class LoopBusEndpoint:
         for sock in self._obs_socks + [self._action_sock]:
             sock.close(0)
         self._ctx.term()
+        if self._key_path:  # the run is over: its secret goes with it
+            from hil.bus_auth import remove_run_key
+
+            remove_run_key(self._key_path, self.key)
+            self._key_path = None
 
 
 def process_alive(pid: int) -> bool:

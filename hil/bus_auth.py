@@ -143,6 +143,16 @@ def read_run_key(bus, scenario_name: str) -> bytes:
     return secret
 
 
+def remove_run_key(path: str, secret: bytes) -> None:
+    """Remove the key file at `path` if it still holds `secret` (not a later run's key)."""
+    try:
+        with open(path) as f:
+            if f.read().strip() == secret.hex():
+                os.unlink(path)
+    except OSError:
+        pass
+
+
 def child_env(secret: bytes, base: dict | None = None) -> dict:
     """The environment of a bus child process: `base` (default os.environ) plus the secret."""
     env = dict(os.environ if base is None else base)

@@ -168,6 +168,8 @@ def stop(handles: Handles | None, timeout_s: float = 5.0) -> dict:
     """SIGTERM both children, SIGKILL what is left after timeout_s; their exit codes."""
     if handles is None:
         return {}
+    if handles.supervisor is not None:
+        handles.supervisor.tick(observe_only=True)  # the policy's state as the run ends
     procs = {"policy": handles.policy, "safety": handles.safety}
     for p in procs.values():
         if p.poll() is None:
@@ -211,11 +213,16 @@ class PolicySupervisor:
     def state(self) -> str:
         return self._state
 
-    def tick(self, now: float | None = None) -> list[str]:
-        """One check (cheap: a poll and a stat). Returns the alarm/event lines raised now."""
+    def tick(self, now: float | None = None, observe_only: bool = False) -> list[str]:
+        """One check (cheap: a poll and a stat). Returns the alarm/event lines raised now.
+        `observe_only`: note the state, kill and start nothing (the last look before stop)."""
         now = time.monotonic() if now is None else now
         new: list[str] = []
         proc = self.h.policy
+        if observe_only:
+            if self._state == "starting" and proc.poll() is None and self._heartbeat_age() is not None:
+                self._state = "up"
+            return new
         if self._state in ("starting", "up", "hung"):
             rc = proc.poll()
             if rc is not None:
