@@ -33,14 +33,13 @@ moves the replay window. Consumers count their own drops on the same receiver.
 
 from __future__ import annotations
 
-import math
-import os
-from math import isfinite
-import time
-from dataclasses import dataclass
-
 import hashlib
 import hmac
+import math
+import os
+import time
+from dataclasses import dataclass
+from math import isfinite
 
 import msgpack
 import numpy as np
@@ -461,6 +460,7 @@ class LoopBusEndpoint:
         self._applied = np.zeros(n_apply)  # bus inputs as applied in the last step
         self._have_applied = False
         self._fb_work = np.zeros(n_apply)
+        self._act_buf = np.zeros(n_apply)
         self.watchdog_steps = int(watchdog_steps)
         self.lockstep_timeout_s = float(lockstep_timeout_s)
         self.max_action_age_steps = int(max_action_age_steps)
@@ -564,7 +564,8 @@ class LoopBusEndpoint:
         else:
             self._take(step)
         if self._last_action is not None and step - self._last_arrival_step < self.watchdog_steps:
-            u_cmd[self._apply_index] = self._last_action[self._apply_pos]
+            np.take(self._last_action, self._apply_pos, out=self._act_buf)  # no per-step array
+            u_cmd[self._apply_index] = self._act_buf
             self._in_fallback = False
             self._c["actions_applied"] += 1
             return

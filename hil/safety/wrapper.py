@@ -38,7 +38,7 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
+from hil.bus import (QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry, vec)
 from hil.bus_auth import TAG_BYTES, ControlAuth, channel_key, sign
 
@@ -118,6 +118,7 @@ class SafetyProcess:
         self.control_auth = ControlAuth(key)
         # the core's quality keyword (hil/safety/core.py); an older core gets y and u only
         self._core_q = "q" in inspect.signature(self.core.decide).parameters
+        self._core_q_prepare = "q" in inspect.signature(self.core.prepare).parameters
         self.c = {"actions_sent": 0, "actions_unsent": 0, "obs_unanswered": 0, "deadline_misses": 0,
                   "commands_sent": 0, "control_requests": 0, "control_refused": 0,
                   "obs_bad_quality": 0, "obs_uncertain_quality": 0}
@@ -244,7 +245,7 @@ class SafetyProcess:
                         q = newest.payload["q"]
                         if q.any():
                             self.c["obs_bad_quality"] += bool((q == QUALITY_BAD).any())
-                            self.c["obs_uncertain_quality"] += bool((q == 1).any())
+                            self.c["obs_uncertain_quality"] += bool((q == QUALITY_UNCERTAIN).any())
                         if pending is not None:
                             self.c["obs_unanswered"] += 1
                         deadline = bus.deadline_s(self.period_s, newest.payload["lockstep"])
@@ -258,7 +259,7 @@ class SafetyProcess:
                             misses = 0
                         else:  # the proposal-free part now, while the policy computes
                             p = newest.payload
-                            if self._core_q:
+                            if self._core_q_prepare:
                                 self.core.prepare(newest.step, newest.t_s, p["y"], p["u"], q=p["q"])
                             else:
                                 self.core.prepare(newest.step, newest.t_s, p["y"], p["u"])
