@@ -55,10 +55,6 @@ def channel_key(secret: bytes, channel: str) -> bytes:
     return hashlib.blake2b(b"", key=secret, person=b"hil:" + channel.encode(), digest_size=32).digest()
 
 
-def tag(ckey: bytes, body) -> bytes:
-    return hashlib.blake2b(body, key=ckey, digest_size=TAG_BYTES).digest()
-
-
 def sign(ckey: bytes, body: bytes) -> bytes:
     """body + its tag."""
     return body + hashlib.blake2b(body, key=ckey, digest_size=TAG_BYTES).digest()
