@@ -15,9 +15,11 @@ check the tag (hmac.compare_digest) before anything else: a message without the 
 touches replay state.
 
 The secret: 32 random bytes, created by the loop side (`create_run_key`) as the 0600 file
-`key` in the run directory, a private (0700, owned by this user) directory; the children get it
-at spawn in the environment variable HIL_BUS_KEY (hex; never on a command line, and removed from
-the child's environment once read). A process started by hand (`hil safety run`) and the operator
+`key` in the run directory, a private (0700, owned by this user) directory; the safety process
+gets it at spawn in the environment variable HIL_BUS_KEY (hex; never on a command line, and
+removed from the child's environment once read). The policy process gets only the keys of the
+channels it uses (obs, proposal, command) in HIL_BUS_CHANNEL_KEYS: it cannot derive the action
+key, so only the safety process can produce an action the loop applies. A process started by hand (`hil safety run`) and the operator
 CLI (`hil safety promote|demote|rollback`) read the file, which only the run's user can.
 
 The run directory is `[bus].ipc_dir`, by default `<tmp>/hil-<user>-<scenario>`: predictable on
@@ -39,6 +41,7 @@ import time
 from hil.errors import ConfigError
 
 KEY_ENV = "HIL_BUS_KEY"
+CHANNEL_KEYS_ENV = "HIL_BUS_CHANNEL_KEYS"
 KEY_FILE = "key"
 KEY_BYTES = 32
 TAG_BYTES = 16  # 128-bit tag: forging one takes 2**128 tries, far beyond a run's lifetime
@@ -46,10 +49,15 @@ CHANNELS = ("obs", "proposal", "action", "command", "advice", "control")
 CONTROL_MAX_AGE_NS = 30_000_000_000  # a signed operator request is valid for 30 s of wall time
 
 
-def channel_key(secret: bytes, channel: str) -> bytes:
-    """The key of one channel, derived from the run secret."""
+def channel_key(secret, channel: str) -> bytes:
+    """The key of one channel, derived from the run secret (bytes); or looked up in a dict of
+    channel keys (what a process that holds only some channels got, see `channel_keys`)."""
     if channel not in CHANNELS:
         raise KeyError(f"unknown bus channel {channel!r} (known: {', '.join(CHANNELS)})")
+    if isinstance(secret, dict):
+        if channel not in secret:
+            raise KeyError(f"this process holds no key for the bus channel {channel!r}")
+        return secret[channel]
     if len(secret) < 16:
         raise ValueError("a bus secret has at least 16 bytes")
     return hashlib.blake2b(b"", key=secret, person=b"hil:" + channel.encode(), digest_size=32).digest()
@@ -149,16 +157,42 @@ def remove_run_key(path: str, secret: bytes) -> None:
         pass
 
 
-def child_env(secret: bytes, base: dict | None = None) -> dict:
-    """The environment of a bus child process: `base` (default os.environ) plus the secret."""
+POLICY_CHANNELS = ("obs", "proposal", "command")  # what the policy process verifies or signs
+
+
+def channel_keys(secret: bytes, channels) -> dict[str, bytes]:
+    """The keys of some channels only: a process holding them cannot derive any other (BLAKE2b
+    is one-way), so the policy process, which gets POLICY_CHANNELS, cannot sign an action."""
+    return {c: channel_key(secret, c) for c in channels}
+
+
+def child_env(secret: bytes, base: dict | None = None, channels=None) -> dict:
+    """The environment of a bus child process: `base` (default os.environ) plus the secret
+    (HIL_BUS_KEY), or only the keys of `channels` (HIL_BUS_CHANNEL_KEYS) if given."""
     env = dict(os.environ if base is None else base)
-    env[KEY_ENV] = secret.hex()
+    env.pop(KEY_ENV, None)
+    env.pop(CHANNEL_KEYS_ENV, None)
+    if channels is None:
+        env[KEY_ENV] = secret.hex()
+    else:
+        env[CHANNEL_KEYS_ENV] = ";".join(f"{c}={k.hex()}" for c, k in channel_keys(secret, channels).items())
     return env
 
 
-def child_key(bus, scenario_name: str) -> bytes:
-    """In a bus child: the secret handed over at spawn (then removed from the environment),
-    else the running loop's key file (a process the same user started by hand)."""
+def child_key(bus, scenario_name: str):
+    """In a bus child: the secret (bytes) or the channel keys (dict) handed over at spawn (then
+    removed from the environment), else the running loop's key file (a process the same user
+    started by hand)."""
+    keys = os.environ.pop(CHANNEL_KEYS_ENV, None)
+    if keys:
+        try:
+            out = {c: bytes.fromhex(k) for c, k in (item.split("=", 1) for item in keys.split(";"))}
+        except ValueError:
+            raise ConfigError(CHANNEL_KEYS_ENV, "is not a list of channel=hexkey") from None
+        if not set(out) <= set(CHANNELS) or any(len(k) < 16 for k in out.values()):
+            raise ConfigError(CHANNEL_KEYS_ENV, f"unknown channels or short keys: {sorted(out)}")
+        os.environ.pop(KEY_ENV, None)
+        return out
     text = os.environ.pop(KEY_ENV, None)
     if text:
         try:

@@ -13,8 +13,9 @@ that observation (nothing is sent; counted): the safety process then applies its
 An observation with Bad quality (hil/bus.py) reaches the policy with NaN in the Bad outputs;
 the same rule applies to what the policy makes of it.
 
-Messages are signed and checked with the run's bus secret (hil/bus_auth.py: HIL_BUS_KEY from
-the process that started this one, else the run directory's key file). The status file
+Messages are signed and checked with the run's bus keys (hil/bus_auth.py: the keys of obs,
+proposal and command only, HIL_BUS_CHANNEL_KEYS from the process that started this one, else the
+run directory's key file). The status file
 (--status) is rewritten at least every 0.5 s while the process is responsive: its age is the
 heartbeat hil.safety.launch's supervisor watches.
 """
@@ -44,7 +45,8 @@ class PolicyRunner:
 
     def __init__(self, scenario, scenario_path: str | None = None, version: str | None = None,
                  key: bytes | None = None):
-        """`key`: the run's bus secret (None: a random one, for use without other processes)."""
+        """`key`: the run's bus secret, or the policy's channel keys (hil.bus_auth.channel_keys;
+        what hil.safety.launch hands over); None: a random secret, for use without other processes."""
         import secrets
 
         from plants.base import load_plant_module

@@ -8,7 +8,8 @@
 Both run as `python -m hil.policy.runner` / `python -m hil.safety.wrapper` children that get the
 validated scenario as JSON (so `--set` overrides reach them) plus the scenario file's path
 (relative policy paths resolve against it), and exit on their own if this process dies. The
-run's bus secret goes to them in their environment (HIL_BUS_KEY), never on the command line.
+run's bus secret goes to them in their environment, never on the command line: the safety gets
+it whole (HIL_BUS_KEY), the policy only the keys of its channels (HIL_BUS_CHANNEL_KEYS).
 
 Supervision (`supervise`, wall time): a policy process that exited is a death, one whose status
 file (its heartbeat, rewritten every 0.5 s) is older than `[policy] restart.hang_s` is hung
@@ -80,7 +81,7 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     [safety].decision_log). `stderr`: a file for both children's stderr. `key`: the run's bus
     secret (default: read from the run directory, where the loop's endpoint created it).
     Raises RuntimeError if a child exits or does not come up (after stopping both)."""
-    from hil.bus_auth import child_env, read_run_key
+    from hil.bus_auth import POLICY_CHANNELS, child_env, read_run_key
     from hil.safety.wrapper import _template
 
     if scenario.policy is None or scenario.safety is None or scenario.bus is None:
@@ -102,7 +103,8 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
         if os.path.exists(stale):
             os.remove(stale)
     me = str(os.getpid())
-    env = child_env(read_run_key(scenario.bus, scenario.name) if key is None else key)
+    secret = read_run_key(scenario.bus, scenario.name) if key is None else key
+    env = child_env(secret)  # the safety: every channel (it signs actions, commands, advice)
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True, env=env)
     safety = subprocess.Popen(
         [sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml", "--scenario-json", sc_json,
@@ -111,8 +113,11 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
            "--status", pol_status, "--parent-pid", me]
     if policy_version:
         cmd += ["--version", policy_version]
-    policy = subprocess.Popen(cmd, **common)
-    handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=env, popen_kw=common)
+    # the policy: only the keys of obs, proposal and command: it cannot sign an action
+    pol_kw = {**common, "env": child_env(secret, channels=POLICY_CHANNELS)}
+    policy = subprocess.Popen(cmd, **pol_kw)
+    handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=pol_kw["env"],
+                      popen_kw=pol_kw)
     handles.supervisor = PolicySupervisor(handles, scenario.policy.restart)
     if not wait_ready(handles, ready_timeout_s):
         codes = stop(handles)

@@ -490,3 +490,32 @@ def test_policy_and_safety_get_fifo_priority_on_every_thread():
         for p in procs:
             p.kill()
             p.wait(5)
+
+
+def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
+    """The policy process gets only the obs, proposal and command keys: no tag it can make is
+    valid on the action channel (nor can it derive the action key: BLAKE2b is one-way)."""
+    from hil.bus_auth import POLICY_CHANNELS, channel_keys, child_env, child_key
+
+    policy_keys = channel_keys(KEY, POLICY_CHANNELS)
+    with pytest.raises(KeyError, match="no key for the bus channel 'action'"):
+        Sender("action", policy_keys)
+    rx = _rx("action")
+    body = _action(Sender("action", KEY))[:-16]
+    for channel, ckey in policy_keys.items():
+        assert rx.decode(sign(ckey, body)) is None
+    assert rx.counters["dropped_auth"] == len(POLICY_CHANNELS)
+    # what a spawned policy finds in its environment: its channel keys, not the secret
+    env = child_env(KEY, base={"HIL_BUS_KEY": "00" * 32, "PATH": "/bin"}, channels=POLICY_CHANNELS)
+    assert "HIL_BUS_KEY" not in env and env["PATH"] == "/bin"
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        got = child_key(BusSection(), "sc")
+        assert got == policy_keys and "HIL_BUS_CHANNEL_KEYS" not in os.environ  # read once, then gone
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    tx = Sender("proposal", got)
+    assert Receiver("proposal", payload_schema("proposal", N_OUT, N_IN, N_ACT), KEY).decode(
+        tx.encode(0, 1.0, {"a": [1.0, 2.0], "members": [], "version": "v1", "compute_us": 1.0})) is not None

@@ -290,7 +290,10 @@ def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety
     push.connect(ep["action"])
     attacker = None
 
+    rt_holder = []
+
     def setup(rt):
+        rt_holder.append(rt)
         decode = rt.bus._rx.decode
 
         def capture(raw):
@@ -304,6 +307,13 @@ def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety
     def on_status(status):
         nonlocal attacker
         if attacker is None:
+            h = rt_holder[0]._policy_handles
+            env = {k: v for k, v in (e.split("=", 1) for e in
+                   open(f"/proc/{h.policy.pid}/environ").read().split("\0") if "=" in e)}
+            assert "HIL_BUS_KEY" not in env  # the policy got only the keys of its channels
+            assert sorted(p.split("=")[0] for p in env["HIL_BUS_CHANNEL_KEYS"].split(";")) == \
+                ["command", "obs", "proposal"]
+            marks["policy_env_checked"] = True
             attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, ep["action"], ep["proposal"], ep["control"],
                                          str(report), str(ready)], env=env)
             deadline = time.monotonic() + 30
@@ -327,7 +337,7 @@ def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety
         push.close(0)
         ctx.term()
     att = json.loads(report.read_text())
-    assert att["sent"] > 300 and marks["replayed"] >= 4 and marks["wrong_key"] >= 2
+    assert att["sent"] > 300 and marks["replayed"] >= 4 and marks["wrong_key"] >= 2 and marks["policy_env_checked"]
     assert all(r is not None and not r["ok"] and "refused" in r["error"] for r in att["replies"]), att["replies"]
     # what the loop APPLIED: the genuine safety's decision for every step, never the forged values
     log = read_log(tmp_path / "decisions.jsonl")
