@@ -36,7 +36,9 @@ class BusSection(StrictModel):
     enabled: bool = Field(default=True, description="false: the loop runs without a bus")
     transport: Literal["ipc", "tcp"] = Field(default="ipc", description="ipc:// files or tcp://")
     ipc_dir: str = Field(
-        default="", description="directory of the ipc sockets; '' = <tmp>/hil-<user>-<scenario>"
+        default="",
+        description="run directory: the ipc sockets and the run's bus key; '' = <tmp>/hil-<user>-<scenario>; "
+        "created 0700, refused if it exists with another owner or a wider mode",
     )
     tcp_host: str = Field(default="127.0.0.1", description="address bound for tcp transport")
     tcp_base_port: int = Field(
@@ -118,6 +120,8 @@ class BusSection(StrictModel):
                 problems.append((path, f"unknown endpoint (known: {', '.join(ENDPOINT_NAMES)})"))
             elif not addr.startswith(("ipc://", "tcp://", "inproc://")):
                 problems.append((path, f"{addr!r} is not an ipc://, tcp:// or inproc:// address"))
+        if self.enabled and (reason := run_dir_problem(self.resolved_ipc_dir(scenario.name))):
+            problems.append(("bus.ipc_dir", reason))
         if self.transport == "ipc":
             for name in ENDPOINT_NAMES:
                 addr = self.endpoint(name, scenario.name)
@@ -140,6 +144,28 @@ class BusSection(StrictModel):
         if self.enabled and not bus_inputs and scenario.policy is None:
             problems.append(("bus", "no input has driver = 'bus' and there is no [policy]"))
         return problems
+
+
+def run_dir_problem(path: str) -> str | None:
+    """Why an existing run directory must not be used (None if it is fine or does not exist yet;
+    hil.bus_auth.ensure_private_dir creates it and checks again)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory (a symlink or a file): refusing to use it for the bus"
+    if st.st_uid != os.geteuid():
+        return (f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}): refusing to put "
+                "the bus sockets and key there; remove it or set bus.ipc_dir")
+    if st.st_mode & 0o077:
+        return (f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, wider than 0700: refusing to put the bus "
+                f"sockets and key there; chmod 700 {path} or remove it")
+    return None
 
 
 def bus_input_names(scenario, spec) -> list[str]:

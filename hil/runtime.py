@@ -298,7 +298,8 @@ class Runtime:
             from hil.safety import launch
 
             # decision log and status files where [safety].decision_log says
-            self._policy_handles = launch.start(self.scenario, self.scenario_path or "")
+            self._policy_handles = launch.start(self.scenario, self.scenario_path or "",
+                                                key=self.bus.key if self.bus is not None else None)
         else:
             self._policy_handles = None
 
@@ -310,6 +311,7 @@ class Runtime:
 
             handles = self._policy_handles
             launch.stop(handles)
+            extra["policy"] = launch.supervision_summary(handles)  # deaths, hangs, restarts, alarms
             self._policy_handles = None
             try:
                 extra["safety"] = json.loads(Path(handles.status_path).read_text())["counters"]
@@ -338,6 +340,12 @@ class Runtime:
                                      "under SCHED_FIFO, so that the loop never holds its CPU for a whole period")
         if getattr(self, "on_scheduled", None) is not None:
             self.on_scheduled(self.scheduling, list(self.warnings))
+        if self._policy_handles is not None and self.scheduling.get("policy") == "SCHED_FIFO":
+            from hil.safety.launch import set_priority  # on the control path: just below the loop
+
+            self.warnings += set_priority(self._policy_handles, max(1, int(self.scheduling["priority"]) - 1))
+        if self._policy_handles is not None and len(self.scheduling.get("cpus") or ()) == 1:
+            self._policy_handles.loop_cpu = int(self.scheduling["cpus"][0])  # a restarted policy avoids it
 
     def _child_pids(self) -> list[int]:
         pids = [s.process.pid for s in self._children]
@@ -510,12 +518,28 @@ class Runtime:
         helper processes (a required one dead stops the run), collect young garbage, hand a
         status snapshot to the status thread. Raises RunStopped."""
         stop = self.children.check(steps - 1, t_s)
+        if self._policy_handles is not None:  # policy dead or hung: alarm, restart ([policy] restart)
+            self._supervise_policy(steps - 1, t_s)
         if not stop:
             self.gc.tick()
         if self._reporter is not None:
             self._reporter.offer(self._status(steps))  # with the alarm, also when stopping on it
         if stop:
             raise RunStopped("process died", "; ".join(stop), EXIT_PROCESS_DIED)
+
+    def _supervise_policy(self, step: int, t_s: float) -> None:
+        """The policy process's supervision (hil/safety/launch.py): its alarms (died, hung, not
+        restarted) join the run's alarms, active until the policy is up again."""
+        from hil.safety.launch import supervise
+
+        handles = self._policy_handles
+        for line in supervise(handles):
+            if " ALARM " in line:
+                self.alarms.raise_("policy", "policy process", line.split(" ALARM ", 1)[1], step, t_s)
+        if handles.supervisor is not None and handles.supervisor.state == "up":
+            for alarm in self.alarms.items:
+                if alarm.kind == "policy":
+                    alarm.active = False
 
     def _recorder_lost(self, k: int, t_s: float, summary: RunSummary):
         """The recorder died: stop the run if it is required, else run on without recording."""

@@ -125,14 +125,14 @@ def check_cmd(config, version) -> None:
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     y, u = r.spec.nominal("outputs"), r.spec.nominal("inputs")
-    obs = Receiver("obs", payload_schema("obs", len(y), len(u), r.n_act)).decode(
-        Sender("obs").encode(0, 0.0, {"y": y.tolist(), "u": u.tolist(), "lockstep": True}))
+    obs = Receiver("obs", payload_schema("obs", len(y), len(u), r.n_act), r.key).decode(
+        Sender("obs", r.key).encode(0, 0.0, {"y": y.tolist(), "q": [0] * len(y), "u": u.tolist(), "lockstep": True}))
     t0 = time.perf_counter()
     raw = r.answer(obs)
     dt_us = (time.perf_counter() - t0) * 1e6
     if raw is None:
         raise click.ClickException(f"the policy is silent on the nominal observation ({r.counters}, {r.last_error})")
-    msg = Receiver("proposal", payload_schema("proposal", len(y), len(u), r.n_act)).decode(raw)
+    msg = Receiver("proposal", payload_schema("proposal", len(y), len(u), r.n_act), r.key).decode(raw)
     click.echo(f"{r.version} ({r.policy.kind}) features {r.policy.features}")
     for name, a in zip(r.action_names, msg.payload["a"]):
         click.echo(f"  {name} = {a:.6g} {r.spec.quantity('inputs', name).unit}")

@@ -34,7 +34,16 @@ def _request(sc, msg: dict, timeout_s: float) -> dict:
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(sc.bus.endpoint("control", sc.name))
-        sock.send(msgpack.packb(msg))
+        if msg.get("op") == "status":  # readable by whoever reaches the socket
+            sock.send(msgpack.packb(msg))
+        else:  # signed with the run's bus key (its 0600 file: the run's user only)
+            from hil.bus_auth import read_run_key, sign_control
+            from hil.errors import ConfigError
+
+            try:
+                sock.send(sign_control(read_run_key(sc.bus, sc.name), msg))
+            except ConfigError as exc:
+                raise click.ClickException(f"cannot sign the request: {exc}") from None
         if not sock.poll(int(timeout_s * 1000)):
             raise click.ClickException(f"no safety process answered on {sc.bus.endpoint('control', sc.name)} "
                                        f"within {timeout_s:g} s")

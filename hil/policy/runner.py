@@ -10,6 +10,14 @@ Commands are handled before observations, so a rollback applies to the next obse
 
 A policy that raises, returns non-finite values or an action of the wrong shape is silent for
 that observation (nothing is sent; counted): the safety process then applies its fallback.
+An observation with Bad quality (hil/bus.py) reaches the policy with NaN in the Bad outputs;
+the same rule applies to what the policy makes of it.
+
+Messages are signed and checked with the run's bus keys (hil/bus_auth.py: the keys of obs,
+proposal and command only, HIL_BUS_CHANNEL_KEYS from the process that started this one, else the
+run directory's key file). The status file
+(--status) is rewritten at least every 0.5 s while the process is responsive: its age is the
+heartbeat hil.safety.launch's supervisor watches.
 """
 
 from __future__ import annotations
@@ -25,8 +33,8 @@ import time
 import numpy as np
 import zmq
 
-from hil.bus import (Receiver, Sender, drain, open_socket, payload_schema, process_alive, send_nowait,
-                     send_retry, vec)
+from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
+                     send_nowait, send_retry)
 from hil.bus_config import action_input_names
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
@@ -35,7 +43,12 @@ from hil.policy.loader import LoadedPolicy, load_policy
 class PolicyRunner:
     """Socket-free core (`answer`) plus the process loop (`run`)."""
 
-    def __init__(self, scenario, scenario_path: str | None = None, version: str | None = None):
+    def __init__(self, scenario, scenario_path: str | None = None, version: str | None = None,
+                 key: bytes | None = None):
+        """`key`: the run's bus secret, or the policy's channel keys (hil.bus_auth.channel_keys;
+        what hil.safety.launch hands over); None: a random secret, for use without other processes."""
+        import secrets
+
         from plants.base import load_plant_module
 
         if scenario.policy is None or scenario.bus is None:
@@ -45,11 +58,14 @@ class PolicyRunner:
         self.spec = load_plant_module(scenario.plant.model).SPEC
         self.action_names = action_input_names(scenario, self.spec)
         self.n_act = len(self.action_names)
-        self.obs_rx = Receiver("obs", payload_schema("obs", self.spec.n_outputs, self.spec.n_inputs, self.n_act))
-        self.cmd_rx = Receiver("command", payload_schema("command", 0, 0, 0))
-        self.sender = Sender("proposal")
+        self.key = secrets.token_bytes(32) if key is None else key
+        self.obs_rx = Receiver("obs", payload_schema("obs", self.spec.n_outputs, self.spec.n_inputs, self.n_act),
+                               self.key)
+        self.cmd_rx = Receiver("command", payload_schema("command", 0, 0, 0), self.key)
+        self.sender = Sender("proposal", self.key)
         self.counters = {"proposals": 0, "proposals_unsent": 0, "policy_errors": 0, "policy_invalid": 0,
-                         "obs_superseded": 0, "commands": 0, "command_errors": 0, "version_switches": 0}
+                         "obs_superseded": 0, "obs_bad_quality": 0, "commands": 0, "command_errors": 0,
+                         "version_switches": 0}
         self.last_error = ""
         self.policy: LoadedPolicy
         self._install(load_policy(scenario.policy, scenario_path, version))
@@ -78,7 +94,7 @@ class PolicyRunner:
 
     def command(self, raw: bytes) -> None:
         msg = self.cmd_rx.decode(raw)
-        if msg is None:
+        if msg is None or not self.cmd_rx.accept(msg):
             return
         self.counters["commands"] += 1
         if msg.payload["op"] != "load":
@@ -99,9 +115,11 @@ class PolicyRunner:
     def answer(self, msg) -> bytes | None:
         """The proposal answering observation `msg`, or None if the policy is silent."""
         t0 = time.perf_counter_ns()
-        x = self.features.build(msg.payload["y"], msg.payload["u"])
+        if msg.payload["q"].any() and (msg.payload["q"] == QUALITY_BAD).any():
+            self.counters["obs_bad_quality"] += 1  # y holds NaN there: the policy sees it
         pol = self.policy
         try:
+            x = self.features.build(msg.payload["y"], msg.payload["u"])
             members = None
             if pol.act_members is not None:
                 members = np.asarray(pol.act_members(x), dtype=np.float64)
@@ -165,7 +183,7 @@ class PolicyRunner:
                             if newest is not None:
                                 self.counters["obs_superseded"] += 1
                             newest = msg
-                    if newest is not None:
+                    if newest is not None and self.obs_rx.accept(newest):
                         data = self.answer(newest)
                         if data is not None:
                             # lockstep: the safety waits for us; wait for the connection at startup
@@ -220,8 +238,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
     args = ap.parse_args(argv)
     try:
+        from hil.bus_auth import child_key
+
         scenario = load_child_scenario(args.config, args.scenario_json)
-        runner = PolicyRunner(scenario, args.config, args.version)
+        key = child_key(scenario.bus, scenario.name) if scenario.bus is not None else None
+        runner = PolicyRunner(scenario, args.config, args.version, key=key)
     except (ConfigError, ValueError) as exc:
         print(f"policy: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     inputs = ["agitation_power", ...]   # actions, in order (default: inputs with driver "bus")
     features = ["dissolved_oxygen", "u.agitation_power"]   # for entry/onnx policies
     launch = true                       # hil run starts the policy and safety processes
+    restart = { max_restarts = 3, backoff_s = 1.0 }   # restart a dead/hung policy (default: never)
 
     [safety]
     mode = "shadow"                     # initial rollout mode: shadow|advisory|limited|full
@@ -120,6 +121,18 @@ def signal_span(spec, name: str) -> float:
     return max(q.high - q.low, 1e-12)
 
 
+class RestartSection(StrictModel):
+    """[policy] restart = { max_restarts = 3, backoff_s = 1.0 }: restart a dead or hung policy
+    process (hil.safety.launch.PolicySupervisor). Times are wall seconds."""
+
+    max_restarts: int = Field(default=3, ge=0, le=1000, description="restarts per run, at most")
+    backoff_s: float = Field(default=1.0, gt=0, le=3600, description="wall s before the first restart; "
+                             "doubles with each restart")
+    backoff_max_s: float = Field(default=30.0, gt=0, le=3600, description="wall s, cap of the backoff")
+    hang_s: float = Field(default=5.0, gt=0, le=3600, description="wall s without a heartbeat (the policy's "
+                          "status file, rewritten every 0.5 s) before a live policy process counts as hung")
+
+
 class PolicySection(StrictModel):
     directory: str = Field(default="", description="versioned policy directory (v1, v2, ...)")
     version: str = Field(default="latest_known_good", description="vN, latest or latest_known_good")
@@ -128,6 +141,8 @@ class PolicySection(StrictModel):
     inputs: list[str] = Field(default_factory=list, description="action inputs, in order")
     features: list[str] = Field(default_factory=list, description="observation features, in order")
     launch: bool = Field(default=True, description="hil run starts the policy and safety processes")
+    restart: RestartSection | None = Field(default=None, description="restart a dead or hung policy process; "
+                                           "default: never (the safety's baseline holds)")
 
     @model_validator(mode="after")
     def _one_source(self):

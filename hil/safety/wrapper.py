@@ -15,11 +15,18 @@ that needs no proposal (baseline, monitor, Mahalanobis distance) runs when the o
 while the policy computes, so the round trip carries only the proposal's part. Every decision
 that matters is a line of the JSONL decision log; the status file and the control socket show
 mode, version, alarms and counters.
+
+Every message is signed and checked with the run's bus secret (hil/bus_auth.py; handed over by
+the loop at spawn in HIL_BUS_KEY, else read from the run directory's key file). On the control
+socket, `status` may be asked by anyone who reaches it; promote, demote and rollback are obeyed
+only when signed with the secret (`hil safety ...` reads the key file as the run's user).
+Observations carry per-output quality (hil/bus.py): the quality goes to the core with y.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import signal
@@ -31,8 +38,9 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from hil.bus import (Receiver, Sender, drain, open_socket, payload_schema, process_alive, send_nowait,
-                     send_retry, vec)
+from hil.bus import (QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
+                     send_nowait, send_retry, vec)
+from hil.bus_auth import TAG_BYTES, ControlAuth, channel_key, sign
 
 
 class DecisionLog:
@@ -75,7 +83,8 @@ def _template(path: str, scenario: str) -> str:
 
 class SafetyProcess:
     def __init__(self, scenario, scenario_path: str | None = None, log_path: str | None = None,
-                 status_path: str | None = None):
+                 status_path: str | None = None, key: bytes | None = None):
+        """`key`: the run's bus secret (None: a random one, for use without other processes)."""
         from hil.bus_config import action_input_names
         from hil.policy.loader import policy_store
         from hil.safety.core import SafetyCore
@@ -97,12 +106,22 @@ class SafetyProcess:
         self.log = DecisionLog(self.log_path)
         self.core = SafetyCore(scenario, spec, self.names, store, version, log=self.log)
         n_out, n_in, n_act = spec.n_outputs, spec.n_inputs, len(self.names)
-        self.obs_rx = Receiver("obs", payload_schema("obs", n_out, n_in, n_act))
-        self.prop_rx = Receiver("proposal", payload_schema("proposal", n_out, n_in, n_act))
-        self.action_tx = Sender("action")
-        self.command_tx = Sender("command")
+        if key is None:
+            import secrets
+
+            key = secrets.token_bytes(32)
+        self.obs_rx = Receiver("obs", payload_schema("obs", n_out, n_in, n_act), key)
+        self.prop_rx = Receiver("proposal", payload_schema("proposal", n_out, n_in, n_act), key)
+        self.action_tx = Sender("action", key)
+        self.command_tx = Sender("command", key)
+        self._advice_key = channel_key(key, "advice")
+        self.control_auth = ControlAuth(key)
+        # the core's quality keyword (hil/safety/core.py); an older core gets y and u only
+        self._core_q = "q" in inspect.signature(self.core.decide).parameters
+        self._core_q_prepare = "q" in inspect.signature(self.core.prepare).parameters
         self.c = {"actions_sent": 0, "actions_unsent": 0, "obs_unanswered": 0, "deadline_misses": 0,
-                  "commands_sent": 0, "control_requests": 0}
+                  "commands_sent": 0, "control_requests": 0, "control_refused": 0,
+                  "obs_bad_quality": 0, "obs_uncertain_quality": 0}
         self.period_s = scenario.loop.period_s
         self._warm_up()
 
@@ -120,7 +139,10 @@ class SafetyProcess:
     # ---- one observation ----
     def _decide(self, obs, proposal, socks, silent_reason="no proposal") -> None:
         p = obs.payload
-        d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True)
+        if self._core_q:
+            d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True, q=p["q"])
+        else:
+            d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True)
         data = self.action_tx.encode(obs.step, obs.t_s, {
             "a": vec(d.action), "source": d.source, "mode": d.mode,
             "advice": None if d.advice is None else vec(d.advice)})
@@ -129,8 +151,8 @@ class SafetyProcess:
             self.c["actions_sent"] += 1
         else:
             self.c["actions_unsent"] += 1
-        if d.advice is not None:
-            send_nowait(socks["advice"], data)
+        if d.advice is not None:  # the same message, signed for the advice channel only
+            send_nowait(socks["advice"], sign(self._advice_key, data[:-TAG_BYTES]))
         if d.command is not None:
             cmd = self.command_tx.encode(-1, obs.t_s, {"op": "load", "version": d.command,
                                                        "reason": "rollback" if self.core.keeper.history else "sync"})
@@ -140,13 +162,13 @@ class SafetyProcess:
 
     def _control(self, req: bytes) -> bytes:
         self.c["control_requests"] += 1
-        try:
-            msg = msgpack.unpackb(req, raw=False)
-            op = msg.get("op") if isinstance(msg, dict) else None
-        except Exception:
-            op = None
+        msg, authed, why = self.control_auth.check(req)
+        op = msg.get("op") if msg is not None else None
         t_s = self.core.last_t or 0.0
-        if op == "status":
+        if op in ("promote", "demote", "rollback") and not authed:
+            self.c["control_refused"] += 1
+            out = {"ok": False, "error": f"{op} refused: {why}; run `hil safety {op}` as the run's user"}
+        elif op == "status":
             out = {"ok": True, "status": self.status()}
         elif op == "promote":
             res = self.core.promote(by=str(msg.get("by", "operator")))
@@ -219,7 +241,11 @@ class SafetyProcess:
                             if newest is not None:
                                 self.obs_rx.count("superseded")
                             newest = msg
-                    if newest is not None and newest.step > self.core.last_step:
+                    if newest is not None and newest.step > self.core.last_step and self.obs_rx.accept(newest):
+                        q = newest.payload["q"]
+                        if q.any():
+                            self.c["obs_bad_quality"] += bool((q == QUALITY_BAD).any())
+                            self.c["obs_uncertain_quality"] += bool((q == QUALITY_UNCERTAIN).any())
                         if pending is not None:
                             self.c["obs_unanswered"] += 1
                         deadline = bus.deadline_s(self.period_s, newest.payload["lockstep"])
@@ -233,18 +259,22 @@ class SafetyProcess:
                             misses = 0
                         else:  # the proposal-free part now, while the policy computes
                             p = newest.payload
-                            self.core.prepare(newest.step, newest.t_s, p["y"], p["u"])
+                            if self._core_q_prepare:
+                                self.core.prepare(newest.step, newest.t_s, p["y"], p["u"], q=p["q"])
+                            else:
+                                self.core.prepare(newest.step, newest.t_s, p["y"], p["u"])
                 if socks["proposal"] in events:
                     for raw in drain(socks["proposal"]):
                         msg = self.prop_rx.decode(raw)
                         if msg is None:
                             continue
                         if pending is not None and msg.step == pending[0].step:
-                            self._decide(pending[0], msg, socks)
-                            pending = None
-                            misses = 0
+                            if self.prop_rx.accept(msg):
+                                self._decide(pending[0], msg, socks)
+                                pending = None
+                                misses = 0
                         elif msg.step > (pending[0].step if pending is not None else self.core.last_step):
-                            if len(early) < 8:
+                            if len(early) < 8 and self.prop_rx.accept(msg):
                                 early[msg.step] = msg
                         else:
                             self.prop_rx.count("dropped_too_old")
@@ -284,8 +314,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
     args = ap.parse_args(argv)
     try:
+        from hil.bus_auth import child_key
+
         scenario = load_child_scenario(args.config, args.scenario_json)
-        proc = SafetyProcess(scenario, args.config, args.log, args.status)
+        proc = SafetyProcess(scenario, args.config, args.log, args.status,
+                             key=child_key(scenario.bus, scenario.name) if scenario.bus is not None else None)
     except (ConfigError, ValueError) as exc:
         print(f"safety: {exc}", file=sys.stderr)
         return 2

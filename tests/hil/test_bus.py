@@ -19,13 +19,26 @@ from hil.bus import (
     open_socket,
     payload_schema,
 )
+from hil.bus_auth import channel_key, sign
 from hil.bus_config import BusSection
 
 N_OUT, N_IN, N_ACT = 3, 4, 2
+KEY = b"k" * 32  # the run's bus secret in these tests
+OTHER_KEY = b"x" * 32
 
 
 def _rx(kind="action"):
-    return Receiver(kind, payload_schema(kind, N_OUT, N_IN, N_ACT))
+    return Receiver(kind, payload_schema(kind, N_OUT, N_IN, N_ACT), KEY)
+
+
+def _signed(body: bytes, channel="action", key=KEY) -> bytes:
+    return sign(channel_key(key, channel), body)
+
+
+def _take(rx, raw):
+    """decode, then accept what decoded (a consumer acting on every valid message)."""
+    msg = rx.decode(raw)
+    return msg if msg is not None and rx.accept(msg) else None
 
 
 def _action(sender, step=0, a=(1.0, 2.0), **payload):
@@ -34,7 +47,7 @@ def _action(sender, step=0, a=(1.0, 2.0), **payload):
     return sender.encode(step, step + 1.0, body)
 
 
-def _raw(**fields):
+def _raw(_key=KEY, **fields):
     msg = {"v": SCHEMA_VERSION, "kind": "action", "sid": 5, "seq": 1, "step": 0, "t_s": 1.0,
            "wall_ns": time.time_ns(), "payload": {"a": [1.0, 2.0], "source": "p", "mode": "full", "advice": None}}
     for k, v in fields.items():
@@ -42,17 +55,17 @@ def _raw(**fields):
             msg.pop(k)
         else:
             msg[k] = v
-    return msgpack.packb(msg, use_bin_type=True)
+    return _signed(msgpack.packb(msg, use_bin_type=True), key=_key)
 
 
 def test_every_kind_round_trips_with_its_header():
     for kind, payload in (
-        ("obs", {"y": [1.0, 2.0, 3.0], "u": [0.0, 1, 2.5, -1.0], "lockstep": True}),
+        ("obs", {"y": [1.0, 2.0, 3.0], "q": [0, 1, 0], "u": [0.0, 1, 2.5, -1.0], "lockstep": True}),
         ("proposal", {"a": [1.0, 2.0], "members": [[1.0, 2.0], [1.5, 2.5]], "version": "v3", "compute_us": 12.5}),
         ("action", {"a": [1.0, 2.0], "source": "baseline:silent", "mode": "limited", "advice": [0.5, 0.5]}),
         ("command", {"op": "load", "version": "v1", "reason": "rollback"}),
     ):
-        s = Sender(kind)
+        s = Sender(kind, KEY)
         before = time.time_ns()
         msg = _rx(kind).decode(s.encode(7, 8.0, payload))
         assert msg is not None, kind
@@ -60,7 +73,10 @@ def test_every_kind_round_trips_with_its_header():
         assert before <= msg.wall_ns <= time.time_ns()
         for key, value in payload.items():
             got = msg.payload[key]
-            if isinstance(value, list):
+            if key == "q":
+                np.testing.assert_array_equal(got, value)
+                assert got.dtype == np.uint8
+            elif isinstance(value, list):
                 np.testing.assert_array_equal(got, np.array(value, dtype=float))
                 assert got.dtype == np.float64
             else:
@@ -70,9 +86,16 @@ def test_every_kind_round_trips_with_its_header():
 @pytest.mark.parametrize(
     "raw, counter",
     [
-        (b"\xc1 not msgpack", "dropped_malformed"),
-        (b"", "dropped_malformed"),
-        (msgpack.packb([1, 2, 3]), "dropped_malformed"),
+        (_signed(b"\xc1 not msgpack"), "dropped_malformed"),
+        (_signed(b""), "dropped_malformed"),
+        (_signed(msgpack.packb([1, 2, 3])), "dropped_malformed"),
+        (b"", "dropped_auth"),
+        (b"short", "dropped_auth"),
+        (_raw()[:-16], "dropped_auth"),  # a well-formed message without its tag
+        (_raw(_key=OTHER_KEY), "dropped_auth"),  # signed with another key
+        (_raw()[:-1] + bytes([_raw()[-1] ^ 1]), "dropped_auth"),  # one bit of the tag flipped
+        (_raw()[:20] + b"\x00" + _raw()[21:], "dropped_auth"),  # one byte of the body changed
+        (_signed(msgpack.packb({"x": 1}), channel="advice"), "dropped_auth"),  # another channel's key
         (_raw(v=SCHEMA_VERSION + 1), "dropped_schema"),
         (_raw(v="1"), "dropped_schema"),
         (_raw(kind="obs"), "dropped_schema"),
@@ -100,23 +123,69 @@ def test_bad_messages_are_dropped_and_counted(raw, counter):
     assert rx.counters[counter] == 1
     assert rx.dropped == 1 and rx.counters["accepted"] == 0
     # a bad message never advances the sequence state: a good one right after is taken
-    assert rx.decode(_raw()) is not None
+    assert _take(rx, _raw()) is not None
 
 
 def test_replays_and_old_sequence_numbers_are_dropped():
-    rx, s = _rx(), Sender("action")
+    rx, s = _rx(), Sender("action", KEY)
     first, second, third = (_action(s, step=i) for i in range(3))
-    assert rx.decode(first) is not None
-    assert rx.decode(first) is None  # exact replay
-    assert rx.decode(third) is not None
-    assert rx.decode(second) is None  # older sequence number, arrived late
+    assert _take(rx, first) is not None
+    assert _take(rx, first) is None  # exact replay
+    assert _take(rx, third) is not None
+    assert _take(rx, second) is None  # older sequence number, arrived late
     assert rx.counters["dropped_replay"] == 2
     # a restarted sender (newer session) is accepted from seq 1 ...
-    restarted = Sender("action", sid=s.sid + 1)
-    assert rx.decode(_action(restarted)) is not None
+    restarted = Sender("action", KEY, sid=s.sid + 1)
+    assert _take(rx, _action(restarted)) is not None
     # ... and the old session is over: its next message is a replay of the past
-    assert rx.decode(_action(s, step=5)) is None
+    assert _take(rx, _action(s, step=5)) is None
     assert rx.counters["dropped_replay"] == 3
+
+
+def test_decode_moves_no_replay_state_only_accept_does():
+    rx, s = _rx(), Sender("action", KEY)
+    stray = _action(Sender("action", KEY, sid=s.sid + 10**12), step=10**6)  # decoded, then refused by its consumer
+    assert rx.decode(stray) is not None and rx.last == (-1, -1)
+    msg = rx.decode(_action(s, step=0))
+    assert msg is not None and rx.accept(msg) and rx.last == (s.sid, 1)
+    assert not rx.accept(msg)  # the same message twice: a replay
+    assert rx.counters["accepted"] == 1 and rx.counters["dropped_replay"] == 1
+
+
+def test_an_unsigned_message_never_touches_replay_state():
+    rx, s = _rx(), Sender("action", KEY)
+    forged = msgpack.packb({"v": SCHEMA_VERSION, "kind": "action", "sid": 2**62, "seq": 1, "step": 0, "t_s": 1.0,
+                            "wall_ns": 0, "payload": {"a": [9.0, 9.0], "source": "x", "mode": "full",
+                                                      "advice": None}})
+    for raw in (forged, forged + b"\x00" * 16, _signed(forged, key=OTHER_KEY)):
+        assert rx.decode(raw) is None
+    assert rx.counters["dropped_auth"] == 3 and rx.last == (-1, -1)
+    assert _take(rx, _action(s)) is not None
+
+
+@pytest.mark.parametrize("y, q, ok, counter", [
+    ([1.0, float("nan"), 3.0], [0, 2, 0], True, None),  # a dropout travels as Bad
+    ([1.0, float("inf"), 3.0], [0, 2, 0], True, None),  # any non-finite where Bad: NaN out
+    ([1.0, 2.0, 3.0], [2, 0, 1], True, None),  # Bad with a finite value: NaN out as well
+    ([1.0, float("nan"), 3.0], [0, 0, 0], False, "dropped_nonfinite"),
+    ([1.0, float("nan"), 3.0], [0, 1, 0], False, "dropped_nonfinite"),  # Uncertain must be finite
+    ([1.0, float("nan"), 3.0], [2, 0, 0], False, "dropped_nonfinite"),  # Bad elsewhere
+    ([1.0, 2.0, 3.0], [0, 3, 0], False, "dropped_malformed"),
+    ([1.0, 2.0, 3.0], [0, 1.0, 0], False, "dropped_malformed"),
+    ([1.0, 2.0, 3.0], [0, True, 0], False, "dropped_malformed"),
+    ([1.0, 2.0, 3.0], [0, 0], False, "dropped_shape"),
+    ([1.0, 2.0, 3.0], None, False, "dropped_malformed"),
+])
+def test_observation_quality_on_the_wire(y, q, ok, counter):
+    rx = _rx("obs")
+    msg = rx.decode(Sender("obs", KEY).encode(0, 1.0, {"y": y, "q": q, "u": [0.0] * N_IN, "lockstep": False}))
+    if not ok:
+        assert msg is None and rx.counters[counter] == 1
+        return
+    assert msg is not None and msg.payload["q"].dtype == np.uint8
+    assert msg.payload["q"].tolist() == q and msg.payload["y"].dtype == np.float64
+    bad = np.array(q) == 2
+    assert np.isnan(msg.payload["y"][bad]).all() and np.isfinite(msg.payload["y"][~bad]).all()
 
 
 def test_bus_section_endpoints_and_watchdog():
@@ -153,7 +222,7 @@ def rig(bus_dir):
         obs_addrs=[addrs["obs_policy"], addrs["obs_safety"]], action_addr=addrs["action"],
         n_outputs=N_OUT, n_inputs=N_IN, action_names=["b", "d"],
         apply_index=np.array([1, 3]), apply_pos=np.array([0, 1]), fallback=np.array([-1.0, -2.0]),
-        watchdog_steps=2, lockstep_timeout_s=2.0, max_action_age_steps=2)
+        watchdog_steps=2, lockstep_timeout_s=2.0, max_action_age_steps=2, key=KEY)
     ctx = zmq.Context()
     peers = {
         "policy": open_socket(ctx, zmq.PULL, addrs["obs_policy"], bind=False),
@@ -195,7 +264,7 @@ def test_observations_reach_both_peers_and_actions_apply_to_bus_inputs(rig):
         msg = _rx("obs").decode(raws[0])
         assert msg.step == 0 and msg.t_s == 1.0
         np.testing.assert_array_equal(msg.payload["y"], [0.0, 1.0, 2.0])
-    safety = Sender("action")
+    safety = Sender("action", KEY)
     _send(peers["action"], _action(safety, step=0, a=(5.0, 6.0)), ep)
     u = _step(ep, 1)
     np.testing.assert_array_equal(u, [0.0, 5.0, 0.0, 6.0])
@@ -204,7 +273,7 @@ def test_observations_reach_both_peers_and_actions_apply_to_bus_inputs(rig):
 
 def test_garbage_replays_and_old_actions_are_counted_never_applied(rig):
     ep, peers = rig
-    safety = Sender("action")
+    safety = Sender("action", KEY)
     for k in range(4):
         _step(ep, k)
     good = _action(safety, step=3, a=(5.0, 6.0))
@@ -212,9 +281,10 @@ def test_garbage_replays_and_old_actions_are_counted_never_applied(rig):
     u = _step(ep, 4)
     np.testing.assert_array_equal(u[[1, 3]], [5.0, 6.0])
     hostile = [
-        b"garbage",
+        b"garbage",  # unsigned
+        _signed(b"garbage"),  # signed garbage (a bug in a genuine peer)
         good,  # replay of the applied action
-        _action(Sender("action", sid=1), step=4, a=(99.0, 99.0)),  # an old session
+        _action(Sender("action", KEY, sid=1), step=4, a=(99.0, 99.0)),  # an old session
         _action(safety, step=0, a=(98.0, 98.0)),  # answers an observation 5 steps old
         _action(safety, step=40, a=(97.0, 97.0)),  # answers an observation never published
         _raw(v=99, step=4),
@@ -227,18 +297,24 @@ def test_garbage_replays_and_old_actions_are_counted_never_applied(rig):
     u = _step(ep, 5)
     np.testing.assert_array_equal(u[[1, 3]], [5.0, 6.0])  # still the last valid action
     c = ep.counters()
-    assert c["action_dropped_malformed"] == 1
+    assert c["action_dropped_auth"] == 1 and c["action_dropped_malformed"] == 1
     assert c["action_dropped_replay"] == 2
     assert c["action_dropped_too_old"] == 1
     assert c["dropped_future"] == 1
     assert c["action_dropped_schema"] == 1
     assert c["action_dropped_nonfinite"] == 1
-    assert c["action_accepted"] == 3  # good, old-step and future passed validation, then staleness
+    assert c["action_accepted"] == 1  # only the action acted on: old-step and future moved no replay state
+    # a signed action from a much newer session, for a step never published (the old lock-out) ...
+    peers["action"].send(_action(Sender("action", KEY, sid=safety.sid + 10**12), step=10**6, a=(96.0, 96.0)))
+    _send(peers["action"], _action(safety, step=5, a=(7.0, 8.0)), ep)
+    u = _step(ep, 6)
+    np.testing.assert_array_equal(u[[1, 3]], [7.0, 8.0])  # ... does not lock the genuine safety out
+    assert ep.counters()["dropped_future"] == 2 and ep.counters()["watchdog_trips"] == 0
 
 
 def test_newest_valid_action_wins_and_watchdog_applies_fallback(rig):
     ep, peers = rig
-    safety = Sender("action")
+    safety = Sender("action", KEY)
     for k in range(3):
         _step(ep, k)
     peers["action"].send(_action(safety, step=1, a=(1.0, 1.0)))
@@ -267,12 +343,12 @@ def test_lockstep_waits_for_the_answer_and_times_out(rig, spin_us):
     ep.lockstep_timeout_s = 1.0
     ep._spin_ns = int(spin_us * 1000)  # busy-poll first (bus.spin_us), then sleep in the receive
     _step(ep, 0, lockstep=True)
-    safety = Sender("action")
+    safety = Sender("action", KEY)
     import threading
 
     def answer_late():
         time.sleep(0.1)
-        peers["action"].send(b"garbage")  # dropped and counted; the loop keeps waiting
+        peers["action"].send(_signed(b"garbage"))  # dropped and counted; the loop keeps waiting
         peers["action"].send(_action(safety, step=0, a=(4.0, 4.0)))
 
     threading.Thread(target=answer_late).start()
@@ -292,7 +368,7 @@ def test_unconnected_peer_is_counted_never_blocks(bus_dir):
         obs_addrs=[f"ipc://{bus_dir}/o1", f"ipc://{bus_dir}/o2"], action_addr=f"ipc://{bus_dir}/a",
         n_outputs=N_OUT, n_inputs=N_IN, action_names=["b"], apply_index=np.array([0]),
         apply_pos=np.array([0]), fallback=np.array([0.0]), watchdog_steps=2, lockstep_timeout_s=1.0,
-        max_action_age_steps=2)
+        max_action_age_steps=2, key=KEY)
     try:
         t0 = time.monotonic()
         for k in range(50):
@@ -321,3 +397,125 @@ def test_vector_checks_fast_and_slow_paths(a, counter):
         assert msg is not None and msg.payload["a"].tolist() == [float(v) for v in a]
     else:
         assert msg is None and rx.counters[counter] == 1
+
+
+def test_loop_fallback_ramps_from_the_applied_value_at_the_rate_inside_the_box(bus_dir):
+    """After the watchdog trips, each step moves the bus inputs toward the fallback action by at
+    most rate * step_s from what was APPLIED, and never outside the safety's box."""
+    a = {n: f"ipc://{bus_dir}/{n}" for n in ("o1", "o2", "a")}
+    ep = LoopBusEndpoint(
+        obs_addrs=[a["o1"], a["o2"]], action_addr=a["a"], n_outputs=N_OUT, n_inputs=N_IN, action_names=["b", "d"],
+        apply_index=np.array([1, 3]), apply_pos=np.array([0, 1]), fallback=np.array([30.0, 50.0]),
+        watchdog_steps=1, lockstep_timeout_s=1.0, max_action_age_steps=2, key=KEY, step_s=0.5,
+        fallback_rate=np.array([4.0, np.inf]), fallback_lo=np.array([0.0, 0.0]), fallback_hi=np.array([80.0, 40.0]))
+    try:
+        u = np.array([0.0, 13.0, 0.0, 7.0])  # the initial commands: applied before any action
+        ep.before_step(0, 0.0, u, False)
+        assert u[1] == pytest.approx(15.0) and u[3] == 40.0  # 13 + 4 * 0.5; 50 clipped into the box
+        applied = []
+        for k in range(1, 12):
+            u_app = u.copy()
+            u_app[1] -= 0.5  # an actuator gap: what was applied differs from the command
+            ep.after_step(k - 1, k * 0.5, np.zeros(N_OUT), u_app)
+            u = u_app.copy()
+            ep.before_step(k, k * 0.5, u, False)
+            assert u[1] - u_app[1] <= 2.0 + 1e-12  # from the applied value, at most rate * step_s
+            applied.append(u[1])
+        assert applied[-1] == pytest.approx(30.0) and ep.counters()["fallback_rate_limited_steps"] >= 5
+    finally:
+        ep.close()
+
+
+def test_run_dir_refused_when_wider_than_0700_or_owned_by_another_user(tmp_path, monkeypatch):
+    from hil.bus_auth import create_run_key, ensure_private_dir, read_run_key
+    from hil.errors import ConfigError
+
+    d = tmp_path / "run"
+    assert ensure_private_dir(str(d)) == str(d) and (d.stat().st_mode & 0o777) == 0o700  # created private
+    d.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"bus.ipc_dir: .*run has mode 0755, wider than 0700.*chmod 700"):
+        ensure_private_dir(str(d))
+    d.chmod(0o700)
+    uid = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: uid + 4242)
+    with pytest.raises(ConfigError, match=rf"{d} is owned by uid {uid}, not by this user"):
+        ensure_private_dir(str(d))
+    monkeypatch.undo()
+    (tmp_path / "link").symlink_to(d)
+    with pytest.raises(ConfigError, match="not a directory"):
+        ensure_private_dir(str(tmp_path / "link"))
+    # the key file: fresh per run, 0600, readable back by the same user only
+    bus = BusSection(ipc_dir=str(d))
+    k1, k2 = create_run_key(bus, "sc"), create_run_key(bus, "sc")
+    assert k1 != k2 and len(k1) == 32 and read_run_key(bus, "sc") == k2
+    assert ((d / "key").stat().st_mode & 0o777) == 0o600
+    (d / "key").chmod(0o644)
+    with pytest.raises(ConfigError, match="mode 0644"):
+        read_run_key(bus, "sc")
+
+
+def test_a_scenario_whose_run_dir_is_world_readable_is_refused_at_load(tmp_path):
+    from hil.errors import ConfigError
+    from tests.hil.safety.helpers import scenario
+
+    d = tmp_path / "shared"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    with pytest.raises(ConfigError, match=rf"bus.ipc_dir: {d} has mode 0777, wider than 0700"):
+        scenario({"bus": {"ipc_dir": str(d)}})
+    d.chmod(0o700)
+    assert scenario({"bus": {"ipc_dir": str(d)}}).bus.ipc_dir == str(d)
+
+
+def test_policy_and_safety_get_fifo_priority_on_every_thread():
+    """launch.set_priority: SCHED_FIFO for every thread of both children (real-time runs)."""
+    import subprocess
+    import sys
+
+    from hil.safety.launch import Handles, set_priority
+
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); time.sleep(30)"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # both threads up
+        h = Handles(procs[0], procs[1], "", "", "", "")
+        warns = set_priority(h, 1)
+        if warns:
+            pytest.skip(f"no SCHED_FIFO here: {warns[0]}")
+        for p in procs:
+            tids = [int(t) for t in os.listdir(f"/proc/{p.pid}/task")]
+            assert len(tids) == 2 and all(os.sched_getscheduler(t) == os.SCHED_FIFO for t in tids)
+        assert h.priority == 1 and set_priority(h, 0) == []
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(5)
+
+
+def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
+    """The policy process gets only the obs, proposal and command keys: no tag it can make is
+    valid on the action channel (nor can it derive the action key: BLAKE2b is one-way)."""
+    from hil.bus_auth import POLICY_CHANNELS, channel_keys, child_env, child_key
+
+    policy_keys = channel_keys(KEY, POLICY_CHANNELS)
+    with pytest.raises(KeyError, match="no key for the bus channel 'action'"):
+        Sender("action", policy_keys)
+    rx = _rx("action")
+    body = _action(Sender("action", KEY))[:-16]
+    for channel, ckey in policy_keys.items():
+        assert rx.decode(sign(ckey, body)) is None
+    assert rx.counters["dropped_auth"] == len(POLICY_CHANNELS)
+    # what a spawned policy finds in its environment: its channel keys, not the secret
+    env = child_env(KEY, base={"HIL_BUS_KEY": "00" * 32, "PATH": "/bin"}, channels=POLICY_CHANNELS)
+    assert "HIL_BUS_KEY" not in env and env["PATH"] == "/bin"
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        got = child_key(BusSection(), "sc")
+        assert got == policy_keys and "HIL_BUS_CHANNEL_KEYS" not in os.environ  # read once, then gone
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    tx = Sender("proposal", got)
+    assert Receiver("proposal", payload_schema("proposal", N_OUT, N_IN, N_ACT), KEY).decode(
+        tx.encode(0, 1.0, {"a": [1.0, 2.0], "members": [], "version": "v1", "compute_us": 1.0})) is not None

@@ -87,17 +87,21 @@ def test_onnx_policy(tmp_path):
 def _runner(entry, features=FEATURES, inputs=()):
     pol = {"entry": entry, "features": features, "inputs": list(inputs)}
     sc = scenario({"policy": pol}, drop=("policy.directory", "policy.version"))
-    return PolicyRunner(sc)
+    return PolicyRunner(sc, key=KEY)
 
 
-def _obs_msg(step=0):
+KEY = b"test-bus-key-0123456789abcdef"  # the bus secret these in-process tests share
+
+
+def _obs_msg(step=0, q=None):
     y, u = SPEC.nominal("outputs"), SPEC.nominal("inputs")
-    raw = Sender("obs").encode(step, step + 1.0, {"y": y.tolist(), "u": u.tolist(), "lockstep": True})
-    return Receiver("obs", payload_schema("obs", SPEC.n_outputs, SPEC.n_inputs, 2)).decode(raw)
+    q = [0] * SPEC.n_outputs if q is None else q
+    raw = Sender("obs", KEY).encode(step, step + 1.0, {"y": y.tolist(), "q": q, "u": u.tolist(), "lockstep": True})
+    return Receiver("obs", payload_schema("obs", SPEC.n_outputs, SPEC.n_inputs, 2), KEY).decode(raw)
 
 
 def _proposal(raw):
-    return Receiver("proposal", payload_schema("proposal", SPEC.n_outputs, SPEC.n_inputs, 2)).decode(raw)
+    return Receiver("proposal", payload_schema("proposal", SPEC.n_outputs, SPEC.n_inputs, 2), KEY).decode(raw)
 
 
 def test_runner_answers_and_reorders_actions():
@@ -126,16 +130,16 @@ def test_a_nan_wrong_shape_or_raising_policy_is_silent(entry, counter):
 
 
 def test_runner_switches_version_on_command_and_keeps_it_on_a_bad_one():
-    r = PolicyRunner(scenario())
+    r = PolicyRunner(scenario(), key=KEY)
     assert r.version == "v1"
-    cmd = Sender("command")
+    cmd = Sender("command", KEY)
     r.command(cmd.encode(-1, 0.0, {"op": "load", "version": "v2", "reason": "test"}))
     assert r.version == "v2" and r.counters["version_switches"] == 1
     assert _proposal(r.answer(_obs_msg())).payload["version"] == "v2"
     r.command(cmd.encode(-1, 0.0, {"op": "load", "version": "v9", "reason": "test"}))
     assert r.version == "v2" and r.counters["command_errors"] == 1
     r.command(b"junk")
-    assert r.cmd_rx.counters["dropped_malformed"] == 1
+    assert r.cmd_rx.counters["dropped_auth"] == 1  # unsigned: dropped before it is parsed
 
 
 def test_shipped_versions_known_good_and_bad():
@@ -154,3 +158,19 @@ def test_shipped_versions_known_good_and_bad():
         results[v] = info["tracking_nrmse"]
     assert results["v1"] < 0.01  # tracks the baseline's setpoints
     assert results["v2"] > 0.1  # drives DO to 12 %: far off 40 %
+
+
+def test_a_bad_quality_observation_reaches_the_policy_as_nan_and_it_stays_silent_without_crashing():
+    r = PolicyRunner(scenario(), key=KEY)
+    i_do = SPEC.index("outputs", "dissolved_oxygen")
+    y, u = SPEC.nominal("outputs"), SPEC.nominal("inputs")
+    y[i_do] = float("nan")
+    q = [0] * SPEC.n_outputs
+    q[i_do] = 2
+    raw = Sender("obs", KEY).encode(5, 6.0, {"y": y.tolist(), "q": q, "u": u.tolist(), "lockstep": True})
+    msg = Receiver("obs", payload_schema("obs", SPEC.n_outputs, SPEC.n_inputs, 2), KEY).decode(raw)
+    assert msg is not None and np.isnan(msg.payload["y"][i_do]) and msg.payload["q"][i_do] == 2
+    assert r.answer(msg) is None  # non-finite output: silent for this step (the safety's fallback acts)
+    assert r.counters["obs_bad_quality"] == 1 and r.counters["policy_invalid"] + r.counters["policy_errors"] == 1
+    r.answer(_obs_msg(6))  # (a delta feature still carries the NaN for one step)
+    assert _proposal(r.answer(_obs_msg(7))) is not None  # good observations: answered again

@@ -146,11 +146,17 @@ def test_safety_hung_loop_fallback_acts_then_recovers(tmp_path):
     bus = summary.extra["bus"]
     assert bus["watchdog_trips"] >= 1 and bus["fallback_steps"] >= 20
     fallback = np.array([0.0003, 30.0])  # [bus].fallback_action
+    rate_dt = np.array([0.0005, 2.0]) * 1.0  # [safety.projection].rate (per sim s) x step_s
     app = df.set_index("step")[["app.base_flow", "app.agitation_power"]]
     s, c = marks["stop"], marks["cont"]
-    # within two periods of the hang (+1: the action held for the step in flight), the loop's own action
+    # the loop's own fallback moves the APPLIED values toward its action at the safety's rate limits
+    jumps = np.abs(np.diff(app.loc[s:c].to_numpy(), axis=0))
+    assert (jumps <= rate_dt * (1 + 1e-9)).all(), jumps.max(axis=0)
+    assert abs(app.loc[s, "app.agitation_power"] - 30.0) > 4.0  # far enough that a step change would show
+    assert bus["fallback_rate_limited_steps"] >= 2
+    # ... reaches it and holds it until the safety comes back
     held = [np.allclose(app.loc[j].to_numpy(), fallback) for j in range(s + 4, c)]
-    assert all(held), held.index(False)
+    assert any(held) and all(held[held.index(True):]), held
     # the safety process resumes: its actions apply again, the loop's fallback stops
     tail = app.loc[c + 20:].to_numpy()
     assert len(tail) > 20 and not any(np.allclose(r, fallback) for r in tail)
@@ -228,75 +234,152 @@ def test_shadow_mode_logs_proposals_never_applies_them_over_tcp(tmp_path):
     assert df["y.dissolved_oxygen"].min() > 30.0  # its proposals would have sent DO to 12 %
 
 
-def test_garbage_replays_and_old_sequence_numbers_are_counted_never_acted_on(tmp_path):
-    sc = _scenario(tmp_path, loop={"time_scale": 50.0}, **FULL)
-    bus = sc.bus
-    n_act = 2
-    stop = threading.Event()
-    sent = {"n": 0}
+ATTACKER = r"""
+import json, sys, time, zmq, msgpack
+action, proposal, control, out, ready = sys.argv[1:6]
+ctx = zmq.Context()
+to_loop = ctx.socket(zmq.PUSH); to_loop.connect(action)
+to_safety = ctx.socket(zmq.PUSH); to_safety.connect(proposal)
+req = ctx.socket(zmq.REQ); req.setsockopt(zmq.LINGER, 0); req.connect(control)
+evil = [0.0044, 77.7]
+def msg(kind, sid, seq, step, payload):
+    return msgpack.packb({"v": 1, "kind": kind, "sid": sid, "seq": seq, "step": step, "t_s": float(step + 1),
+                          "wall_ns": time.time_ns(), "payload": payload})
+replies = []
+for op in ("promote", "rollback", "demote"):  # unsigned operator requests: refused
+    req.send(msgpack.packb({"op": op, "to": "shadow", "reason": "attacker"}))
+    replies.append(msgpack.unpackb(req.recv(), raw=False) if req.poll(5000) else None)
+open(ready, "w").write("1")
+seq, sent, end = 0, 0, time.monotonic() + 60
+while time.monotonic() < end:
+    for step in range(0, 400):
+        seq += 1  # a session far newer than any genuine one, well-formed, every step, no key
+        to_loop.send(msg("action", 2**62, seq, step, {"a": evil, "source": "policy", "mode": "full", "advice": None}))
+        to_loop.send(msg("action", 2**62, seq, step, {"a": evil, "source": "policy", "mode": "full",
+                                                       "advice": None}) + b"\x00" * 16)
+        to_safety.send(msg("proposal", 2**62, seq, step, {"a": evil, "members": [], "version": "v1",
+                                                          "compute_us": 1.0}))
+        sent += 3
+        if step % 50 == 0:
+            json.dump({"sent": sent, "replies": replies}, open(out + ".tmp", "w"))
+            import os; os.replace(out + ".tmp", out)
+            time.sleep(0.002)
+"""
+
+
+def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety_keeps_acting(tmp_path):
+    """Lockstep over TCP (anyone local can connect): a process without the secret sends
+    well-formed actions with a far larger session id for every step, tagged with zeros, forged
+    proposals and unsigned promote/rollback/demote requests; this test replays genuine actions
+    it captured and sends actions signed with a wrong key. None acts: every step applies the
+    genuine safety's decision, the loop's watchdog never trips."""
+    import subprocess
+    import sys
+
+    from hil.bus_auth import channel_key, sign
+
+    sc = _scenario(tmp_path, transport="tcp", bus={"ipc_dir": str(tmp_path / "run")}, **FULL)
+    ep = sc.bus.endpoints
+    ready, report = tmp_path / "attacker.ready", tmp_path / "attacker.json"
+    env = {k: v for k, v in os.environ.items() if k != "HIL_BUS_KEY"}
+    captured: list[bytes] = []
+    marks = {"replayed": 0, "wrong_key": 0}
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(ep["action"])
+    attacker = None
+
+    rt_holder = []
+
+    def setup(rt):
+        rt_holder.append(rt)
+        decode = rt.bus._rx.decode
+
+        def capture(raw):
+            msg = decode(raw)
+            if msg is not None and len(captured) < 50:
+                captured.append(bytes(raw))
+            return msg
+
+        rt.bus._rx.decode = capture
 
     def on_status(status):
-        if status["sim_time_s"] >= 120.0:
-            stop.set()  # everything sent so far reaches the live loop and safety process
+        nonlocal attacker
+        if attacker is None:
+            h = rt_holder[0]._policy_handles
+            env = {k: v for k, v in (e.split("=", 1) for e in
+                   open(f"/proc/{h.policy.pid}/environ").read().split("\0") if "=" in e)}
+            assert "HIL_BUS_KEY" not in env  # the policy got only the keys of its channels
+            assert sorted(p.split("=")[0] for p in env["HIL_BUS_CHANNEL_KEYS"].split(";")) == \
+                ["command", "obs", "proposal"]
+            marks["policy_env_checked"] = True
+            attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, ep["action"], ep["proposal"], ep["control"],
+                                         str(report), str(ready)], env=env)
+            deadline = time.monotonic() + 30
+            while not (ready.exists() and report.exists()) and time.monotonic() < deadline:
+                time.sleep(0.01)  # lockstep: the loop waits here for the attacker to be in full swing
+        if captured:
+            push.send(captured[0])  # a genuine action, applied long ago: a replay
+            push.send(captured[-1])
+            marks["replayed"] += 2
+        wrong = Sender("action", b"w" * 32, sid=2**62)  # a well-formed action signed with another key
+        push.send(wrong.encode(status["steps"] - 1, 0.0, {"a": [0.0044, 77.7], "source": "policy", "mode": "full",
+                                                          "advice": None}))
+        marks["wrong_key"] += 1
 
-    def attacker():
-        ctx = zmq.Context()
-        to_loop = ctx.socket(zmq.PUSH)
-        to_loop.connect(bus.endpoint("action", sc.name))
-        to_safety = ctx.socket(zmq.PUSH)
-        to_safety.connect(bus.endpoint("proposal", sc.name))
-        old = Sender("action", sid=1)  # a session older than any live one
-        prop_old = Sender("proposal", sid=1)
-        live = Sender("proposal")  # a "new" policy session, but its payloads are invalid
-        evil = [77.7] * n_act
-        time.sleep(1.0)
-        while not stop.is_set():
-            for sock in (to_loop, to_safety):
-                sock.send(b"\x00garbage\xff")
-                sock.send(b"")
-            to_loop.send(old.encode(10**6, 0.0, {"a": evil, "source": "x", "mode": "full", "advice": None}))
-            to_loop.send(Sender("action").encode(10**6, 0.0, {"a": evil, "source": "x", "mode": "full",
-                                                               "advice": None}))  # a step never published
-            to_loop.send(Sender("action").encode(0, 0.0, {"a": [math.nan, 1.0], "source": "x", "mode": "full",
-                                                           "advice": None}))
-            to_loop.send(Sender("action").encode(0, 0.0, {"a": evil + [1.0], "source": "x", "mode": "full",
-                                                           "advice": None}))
-            to_safety.send(prop_old.encode(10**6, 0.0, {"a": evil, "members": [], "version": "v1",
-                                                         "compute_us": 0.0}))
-            to_safety.send(live.encode(0, 0.0, {"a": [math.inf, 0.0], "members": [], "version": "v1",
-                                                "compute_us": 0.0}))
-            to_safety.send(live.encode(0, 0.0, {"a": evil, "members": [], "version": "v1",
-                                                "compute_us": 0.0, "x": 1}))
-            raw = {"v": SCHEMA_VERSION + 1, "kind": "action", "sid": 2**62, "seq": 1, "step": 0, "t_s": 0.0,
-                   "wall_ns": 0, "payload": {"a": evil, "source": "x", "mode": "full", "advice": None}}
-            to_loop.send(msgpack.packb(raw))
-            sent["n"] += 1
-            time.sleep(0.05)
-        to_loop.close(0)
-        to_safety.close(0)
-        ctx.term()
-
-    th = threading.Thread(target=attacker)
-    th.start()
     try:
-        summary, df = _run(tmp_path, sc, lockstep=False, duration=150.0, on_status=on_status)
+        summary, df = _run(tmp_path, sc, lockstep=True, duration=300.0, on_status=on_status, setup=setup)
     finally:
-        stop.set()
-        th.join(10)
-    assert sent["n"] > 10
-    c = summary.extra["bus"]
-    assert c["action_dropped_malformed"] >= 2 * sent["n"] - 2
-    assert c["action_dropped_replay"] >= sent["n"] - 1
-    assert c["dropped_future"] >= 1
-    assert c["action_dropped_nonfinite"] >= 1 and c["action_dropped_shape"] >= 1 and c["action_dropped_schema"] >= 1
-    st = json.loads((tmp_path / "safety-status.json").read_text())["counters"]
-    assert st["proposal_dropped_malformed"] >= 2 * sent["n"] - 2
-    assert st["proposal_dropped_replay"] + st["proposal_dropped_nonfinite"] >= sent["n"]
-    # never acted on: 77.7 W / L/h never reached the plant, and the policy kept acting
-    assert not np.isclose(df[["app.base_flow", "app.agitation_power"]].to_numpy(), 77.7).any()
+        if attacker is not None:
+            attacker.kill()
+            attacker.wait(5)
+        push.close(0)
+        ctx.term()
+    att = json.loads(report.read_text())
+    assert att["sent"] > 300 and marks["replayed"] >= 4 and marks["wrong_key"] >= 2 and marks["policy_env_checked"]
+    assert all(r is not None and not r["ok"] and "refused" in r["error"] for r in att["replies"]), att["replies"]
+    # what the loop APPLIED: the genuine safety's decision for every step, never the forged values
     log = read_log(tmp_path / "decisions.jsonl")
-    assert sum(r["source"] == "policy" for r in _decisions(log)) > 0.9 * len(_decisions(log))
-    _in_bounds(df)
+    acts = {r["step"]: r["action"] for r in _decisions(log)}
+    app = df.set_index("step")[["app.base_flow", "app.agitation_power"]]
+    assert not np.isclose(app.to_numpy(), 77.7).any() and not np.isclose(app["app.base_flow"], 0.0044).any()
+    for j in range(0, 299):
+        np.testing.assert_allclose(app.loc[j + 1].to_numpy(), acts[j], rtol=1e-12, err_msg=f"step {j + 1}")
+    assert all(r["source"] == "policy" for r in _decisions(log) if r["step"] < 299)
+    c = summary.extra["bus"]
+    assert c["watchdog_trips"] == 0 and c["fallback_steps"] == 0 and c["actions_applied"] == 299, c
+    assert c["action_dropped_auth"] >= 2 * 100 and c["action_dropped_replay"] >= marks["replayed"] - 2
+    st = json.loads((tmp_path / "safety-status.json").read_text())
+    assert st["mode"] == "full" and st["counters"]["control_refused"] == 3
+    assert st["counters"]["proposal_dropped_auth"] >= 100
+    assert not [r for r in log if r["event"] in ("rollback", "mode")]
+
+
+def test_unsigned_or_stale_operator_requests_are_refused_signed_ones_obeyed(tmp_path):
+    """The control socket in-process: status for anyone, promote/demote/rollback only signed."""
+    import msgpack
+
+    from hil.bus_auth import sign_control
+    from hil.safety.wrapper import SafetyProcess
+
+    sc = _scenario(tmp_path, **FULL)
+    key = b"s" * 32
+    proc = SafetyProcess(sc, str(CONFIG), key=key)
+
+    def ask(raw):
+        return msgpack.unpackb(proc._control(raw), raw=False)
+
+    assert ask(msgpack.packb({"op": "status"}))["ok"]
+    assert not ask(msgpack.packb({"op": "demote", "to": "shadow"}))["ok"]
+    assert not ask(sign_control(b"w" * 32, {"op": "demote", "to": "shadow"}))["ok"]  # wrong key
+    assert proc.core.rollout.mode == "full"
+    signed = sign_control(key, {"op": "demote", "to": "advisory", "reason": "drill"})
+    assert ask(signed)["ok"] and proc.core.rollout.mode == "advisory"
+    res = ask(signed)  # the same signed request again: a replay
+    assert not res["ok"] and "replayed" in res["error"]
+    assert proc.c["control_refused"] == 3
+    proc.log.close()
 
 
 def test_nan_policy_is_silent_and_the_baseline_holds(tmp_path):
@@ -358,8 +441,10 @@ def test_operator_cli_status_promote_demote_rollback(tmp_path, monkeypatch):
         try:
             assert sub.poll(5000), "no advice published in advisory mode"
             from hil.bus import Receiver, payload_schema
+            from hil.bus_auth import read_run_key
 
-            advice = Receiver("action", payload_schema("action", SPEC.n_outputs, SPEC.n_inputs, 2)).decode(sub.recv())
+            advice = Receiver("action", payload_schema("action", SPEC.n_outputs, SPEC.n_inputs, 2),
+                              read_run_key(sc.bus, sc.name), channel="advice").decode(sub.recv())
             assert advice.payload["mode"] == "advisory" and advice.payload["source"] == "baseline:advisory"
             assert advice.payload["advice"] is not None and advice.payload["advice"].shape == (2,)
         finally:
@@ -401,4 +486,58 @@ def test_dead_policy_in_lockstep_costs_seconds_not_a_deadline_per_step(tmp_path)
     log = read_log(tmp_path / "decisions.jsonl")
     assert all(r["source"] == "baseline:silent" for r in _decisions(log))
     assert summary.extra["bus"]["lockstep_timeouts"] == 0  # the safety answered every step itself
+    _in_bounds(df)
+
+
+def test_bad_do_dropout_reaches_the_safety_with_bad_quality_not_dropped(tmp_path):
+    """A "bad" DO sensor dropout (NaN) travels as Bad quality: the policy and the safety accept
+    every such observation (none dropped as non-finite), and the loop never stalls."""
+    gaps = {"sensors": {"dissolved_oxygen": {"dropout_rate_per_s": 0.02, "dropout_duration_s": 20.0,
+                                             "dropout_mode": "bad"}}}
+    sc = _scenario(tmp_path, gaps=gaps, bus={"policy_deadline_s": 0.05}, **FULL)  # the policy is silent on NaN
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=300.0)
+    bad_steps = int(df["meas.dissolved_oxygen"].isna().sum())
+    assert bad_steps >= 10  # the dropouts happened (seeded)
+    bus = summary.extra["bus"]
+    assert bus["obs_bad_quality"] == bad_steps and bus["obs_sent"] == 2 * 300 and bus["lockstep_timeouts"] == 0
+    st = json.loads((tmp_path / "safety-status.json").read_text())["counters"]
+    assert st["obs_dropped_nonfinite"] == 0 and st["obs_dropped_malformed"] == 0
+    assert st["obs_bad_quality"] >= bad_steps - 1  # (the last observation races the end of the run)
+    assert st["obs_accepted"] >= 299
+    assert np.isfinite(df[["app.base_flow", "app.agitation_power"]].to_numpy()).all()
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_dead_or_hung_policy_is_restarted_with_backoff_counted_and_proposes_again(tmp_path, fault):
+    """[policy] restart: a policy SIGKILLed (dead) or SIGSTOPped (hung: no heartbeat) mid-run is
+    detected at the loop's status tick, (killed and) started again after the backoff, counted,
+    and its proposals reach the safety again through the same secret."""
+    sc = _scenario(tmp_path, policy={"restart": {"max_restarts": 2, "backoff_s": 0.2, "hang_s": 2.0}},
+                   bus={"policy_deadline_s": 0.05}, **FULL)
+    marks = {}
+
+    def on_status(status):
+        h = rt_holder[0]._policy_handles
+        if "step" not in marks and status["steps"] >= 50:
+            marks["step"], marks["pid"] = status["steps"] - 1, h.policy.pid
+            os.kill(h.policy.pid, getattr(signal, fault))
+        elif "step" in marks and h.policy.pid != marks["pid"] and "new" not in marks:
+            marks["new"] = h.policy.pid
+        time.sleep(0.005)  # lockstep runs fast: leave the supervisor some wall time per step
+
+    rt_holder = []
+    summary, df = _run(tmp_path, sc, lockstep=True, duration=1200.0, on_status=on_status, setup=rt_holder.append)
+    sup = summary.extra["policy"]
+    assert sup["policy_restarts"] == 1 and sup["state"] == "up", sup
+    if fault == "SIGKILL":
+        assert sup["policy_deaths"] == 1 and sup["policy_hangs"] == 0 and "died" in sup["alarms"][0]
+    else:
+        assert sup["policy_hangs"] == 1 and sup["policy_deaths"] == 0 and "hung" in sup["alarms"][0]
+    assert marks.get("new") and marks["new"] != marks["pid"]
+    log = read_log(tmp_path / "decisions.jsonl")
+    dec = _decisions(log, step_from=marks["step"] + 1)
+    silent = [r["step"] for r in dec if r["proposal"] is None]
+    back = [r["step"] for r in dec if r["proposal"] is not None and r["step"] > (silent[0] if silent else 0)]
+    assert silent and back, "the policy never went silent or never came back"
+    assert summary.extra["bus"]["watchdog_trips"] == 0 and summary.extra["bus"]["lockstep_timeouts"] == 0
     _in_bounds(df)

@@ -1,0 +1,256 @@
+"""Who may speak on the bus: the per-run secret, the private run directory, message tags.
+
+Threat: any local process (any user over tcp://127.0.0.1; the same user over ipc://) can reach
+a bus socket. So every message on every bus socket carries a keyed BLAKE2b tag over its bytes,
+with a secret the loop creates for each run:
+
+    raw = body + tag      body: the msgpack message (hil/bus.py), tag: TAG_BYTES bytes
+    tag = BLAKE2b(body, key = channel key, digest_size = TAG_BYTES)
+    channel key = BLAKE2b(b"", key = run secret, person = b"hil:" + channel)
+
+A channel ("obs", "proposal", "action", "command", "advice", "control") gets its own key, so a
+message captured on one socket (e.g. the advice PUB socket, which any local process can
+subscribe to over tcp) is never valid on another (e.g. the loop's action socket). Receivers
+check the tag (hmac.compare_digest) before anything else: a message without the secret never
+touches replay state.
+
+The secret: 32 random bytes, created by the loop side (`create_run_key`) as the 0600 file
+`key` in the run directory, a private (0700, owned by this user) directory; the safety process
+gets it at spawn in the environment variable HIL_BUS_KEY (hex; never on a command line, and
+removed from the child's environment once read). The policy process gets only the keys of the
+channels it uses (obs, proposal, command) in HIL_BUS_CHANNEL_KEYS: it cannot derive the action
+key, so only the safety process can produce an action the loop applies. A process started by hand (`hil safety run`) and the operator
+CLI (`hil safety promote|demote|rollback`) read the file, which only the run's user can.
+
+The run directory is `[bus].ipc_dir`, by default `<tmp>/hil-<user>-<scenario>`: predictable on
+purpose, so that `hil safety status|promote` find a running scenario's sockets and key by its
+name alone; it is created 0700 and, when it already exists, used only if it is a real directory
+owned by this user with no group/other permission bits: anything else is refused with a
+ConfigError naming the path (another user's directory could hold sockets or a key planted for us).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import time
+
+from hil.errors import ConfigError
+
+KEY_ENV = "HIL_BUS_KEY"
+CHANNEL_KEYS_ENV = "HIL_BUS_CHANNEL_KEYS"
+KEY_FILE = "key"
+KEY_BYTES = 32
+TAG_BYTES = 16  # 128-bit tag: forging one takes 2**128 tries, far beyond a run's lifetime
+CHANNELS = ("obs", "proposal", "action", "command", "advice", "control")
+CONTROL_MAX_AGE_NS = 30_000_000_000  # a signed operator request is valid for 30 s of wall time
+
+
+def channel_key(secret, channel: str) -> bytes:
+    """The key of one channel, derived from the run secret (bytes); or looked up in a dict of
+    channel keys (what a process that holds only some channels got, see `channel_keys`)."""
+    if channel not in CHANNELS:
+        raise KeyError(f"unknown bus channel {channel!r} (known: {', '.join(CHANNELS)})")
+    if isinstance(secret, dict):
+        if channel not in secret:
+            raise KeyError(f"this process holds no key for the bus channel {channel!r}")
+        return secret[channel]
+    if len(secret) < 16:
+        raise ValueError("a bus secret has at least 16 bytes")
+    return hashlib.blake2b(b"", key=secret, person=b"hil:" + channel.encode(), digest_size=32).digest()
+
+
+def sign(ckey: bytes, body: bytes) -> bytes:
+    """body + its tag."""
+    return body + hashlib.blake2b(body, key=ckey, digest_size=TAG_BYTES).digest()
+
+
+def verify(ckey: bytes, raw: bytes) -> memoryview | None:
+    """The body of `raw` if its tag is right, else None."""
+    if len(raw) <= TAG_BYTES:
+        return None
+    view = memoryview(raw)
+    body = view[:-TAG_BYTES]
+    if hmac.compare_digest(hashlib.blake2b(body, key=ckey, digest_size=TAG_BYTES).digest(), view[-TAG_BYTES:]):
+        return body
+    return None
+
+
+# ---- the run directory and the secret ----
+
+
+def ensure_private_dir(path: str, key_path: str = "bus.ipc_dir") -> str:
+    """Create `path` (mode 0700) or check that it is a directory of this user with mode 0700 or
+    narrower; raise ConfigError naming the path and the fix otherwise."""
+    path = os.path.abspath(path)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    from hil.bus_config import run_dir_problem
+
+    if reason := run_dir_problem(path):
+        raise ConfigError(key_path, reason)
+    return path
+
+
+def run_dir(bus, scenario_name: str) -> str:
+    """The run directory of a scenario's bus (holds the ipc sockets and the key file)."""
+    return bus.resolved_ipc_dir(scenario_name)
+
+
+def create_run_key(bus, scenario_name: str) -> bytes:
+    """A fresh secret for this run, written 0600 into the (checked) run directory."""
+    d = ensure_private_dir(run_dir(bus, scenario_name))
+    secret = secrets.token_bytes(KEY_BYTES)
+    tmp = os.path.join(d, f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, secret.hex().encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(d, KEY_FILE))
+    return secret
+
+
+def read_run_key(bus, scenario_name: str) -> bytes:
+    """The secret of the scenario's running loop, from its key file (checked: owner, mode)."""
+    d = ensure_private_dir(run_dir(bus, scenario_name))
+    path = os.path.join(d, KEY_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise ConfigError("bus.ipc_dir", f"no bus key at {path}: is the scenario running (as this user)?") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise ConfigError("bus.ipc_dir", f"{path}: owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}; "
+                                             "a bus key must be this user's with mode 0600")
+        text = os.read(fd, 4 * KEY_BYTES).decode().strip()
+    finally:
+        os.close(fd)
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("bus.ipc_dir", f"{path} does not hold a hex key") from None
+    if len(secret) < 16:
+        raise ConfigError("bus.ipc_dir", f"{path} holds a key shorter than 16 bytes")
+    return secret
+
+
+def remove_run_key(path: str, secret: bytes) -> None:
+    """Remove the key file at `path` if it still holds `secret` (not a later run's key)."""
+    try:
+        with open(path) as f:
+            if f.read().strip() == secret.hex():
+                os.unlink(path)
+    except OSError:
+        pass
+
+
+POLICY_CHANNELS = ("obs", "proposal", "command")  # what the policy process verifies or signs
+
+
+def channel_keys(secret: bytes, channels) -> dict[str, bytes]:
+    """The keys of some channels only: a process holding them cannot derive any other (BLAKE2b
+    is one-way), so the policy process, which gets POLICY_CHANNELS, cannot sign an action."""
+    return {c: channel_key(secret, c) for c in channels}
+
+
+def child_env(secret: bytes, base: dict | None = None, channels=None) -> dict:
+    """The environment of a bus child process: `base` (default os.environ) plus the secret
+    (HIL_BUS_KEY), or only the keys of `channels` (HIL_BUS_CHANNEL_KEYS) if given."""
+    env = dict(os.environ if base is None else base)
+    env.pop(KEY_ENV, None)
+    env.pop(CHANNEL_KEYS_ENV, None)
+    if channels is None:
+        env[KEY_ENV] = secret.hex()
+    else:
+        env[CHANNEL_KEYS_ENV] = ";".join(f"{c}={k.hex()}" for c, k in channel_keys(secret, channels).items())
+    return env
+
+
+def child_key(bus, scenario_name: str):
+    """In a bus child: the secret (bytes) or the channel keys (dict) handed over at spawn (then
+    removed from the environment), else the running loop's key file (a process the same user
+    started by hand)."""
+    keys = os.environ.pop(CHANNEL_KEYS_ENV, None)
+    if keys:
+        try:
+            out = {c: bytes.fromhex(k) for c, k in (item.split("=", 1) for item in keys.split(";"))}
+        except ValueError:
+            raise ConfigError(CHANNEL_KEYS_ENV, "is not a list of channel=hexkey") from None
+        if not set(out) <= set(CHANNELS) or any(len(k) < 16 for k in out.values()):
+            raise ConfigError(CHANNEL_KEYS_ENV, f"unknown channels or short keys: {sorted(out)}")
+        os.environ.pop(KEY_ENV, None)
+        return out
+    text = os.environ.pop(KEY_ENV, None)
+    if text:
+        try:
+            secret = bytes.fromhex(text)
+        except ValueError:
+            raise ConfigError(KEY_ENV, "is not a hex key") from None
+        if len(secret) >= 16:
+            return secret
+        raise ConfigError(KEY_ENV, "holds a key shorter than 16 bytes")
+    return read_run_key(bus, scenario_name)
+
+
+# ---- operator requests on the control socket ----
+
+
+def sign_control(secret: bytes, request: dict) -> bytes:
+    """An operator request (a map with "op") signed for the control socket; stamped with the wall
+    time and a nonce, so that a captured request cannot be replayed later or twice."""
+    import msgpack
+
+    body = msgpack.packb({**request, "wall_ns": time.time_ns(), "nonce": secrets.token_hex(8)}, use_bin_type=True)
+    return sign(channel_key(secret, "control"), body)
+
+
+class ControlAuth:
+    """Checks operator requests on the control socket: (request map or None, authenticated, why)."""
+
+    def __init__(self, secret: bytes, max_age_ns: int = CONTROL_MAX_AGE_NS):
+        self._ckey = channel_key(secret, "control")
+        self._max_age_ns = max_age_ns
+        self._seen: dict[str, int] = {}  # nonce -> wall_ns, for max_age_ns
+
+    def check(self, raw: bytes) -> tuple[dict | None, bool, str]:
+        import msgpack
+
+        body = verify(self._ckey, raw)
+        authed = body is not None
+        why = "unsigned (needs the run's bus key)"
+        try:
+            msg = msgpack.unpackb(body if authed else raw, raw=False)
+        except Exception:
+            msg = None
+            if not authed and len(raw) > TAG_BYTES:  # a body with a tag that is not the run's
+                try:
+                    msg = msgpack.unpackb(memoryview(raw)[:-TAG_BYTES], raw=False)
+                    why = "signed with another key"
+                except Exception:
+                    msg = None
+        if not isinstance(msg, dict):
+            return None, False, "not a msgpack map"
+        if not authed:
+            return msg, False, why
+        now = time.time_ns()
+        wall, nonce = msg.get("wall_ns"), msg.get("nonce")
+        if type(wall) is not int or abs(now - wall) > self._max_age_ns:
+            return msg, False, "signed request too old (or clock skew over 30 s)"
+        if type(nonce) is not str or nonce in self._seen:
+            return msg, False, "signed request replayed"
+        self._seen = {n: w for n, w in self._seen.items() if now - w <= self._max_age_ns}
+        self._seen[nonce] = wall
+        return msg, True, ""
