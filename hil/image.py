@@ -71,6 +71,9 @@ N_CLOCK = 2
 LOOP_STATES = ("configured", "running", "stopped", "failed")
 
 
+LOCK_TIMEOUT_S = 0.25  # wall s a writer waits for the writers' lock before giving up
+
+
 class InputsStale(TimeoutError):
     """The inputs stayed mid-write past a reader's bound: a live writer holds the lock and
     does not finish (hung, stopped). A dead writer never causes this: it is repaired."""
@@ -249,11 +252,22 @@ class ProcessImage:
         return LOOP_STATES[int(self.header[H_LOOP_STATE])]
 
     # ---- driver side (many writers of inputs) ----
-    def _lock(self) -> int:
+    def _lock(self, timeout_s: float = LOCK_TIMEOUT_S) -> int:
+        """The writers' lock, waited for at most `timeout_s` (wall s): a writer that hangs holding
+        it (stopped, deadlocked) must not freeze every other writer, e.g. a protocol server's event
+        loop. Raises InputsStale when the wait runs out."""
         if self._lock_fd is None:
             self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        return self._lock_fd
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self._lock_fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InputsStale(f"process image {self.name}: another writer has held the inputs' lock "
+                                      f"for more than {timeout_s:g} s (hung or stopped); write refused") from None
+                time.sleep(0.0005)
 
     def _repair_locked(self) -> bool:
         """With the writers' lock held: an odd sequence was left by a writer that died

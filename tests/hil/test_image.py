@@ -224,6 +224,8 @@ def test_hung_writer_gives_a_bounded_read_with_a_clear_error():
             with pytest.raises(InputsStale, match="mid-write"):
                 img.read_inputs(timeout_s=0.2)
             assert img.repair_inputs() is None  # alive: not repaired behind its back
+            with pytest.raises(InputsStale, match="lock"):  # a second writer is refused, not frozen
+                img.write_inputs([0], [5.0])
             p.kill()  # now it dies holding the odd sequence
             p.join(10)
             np.testing.assert_array_equal(img.read_inputs(timeout_s=5.0), [1.0, 2.0])
