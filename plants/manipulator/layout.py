@@ -100,9 +100,10 @@ OUTPUT_GROUPS = (
 )
 
 PARAM_GROUPS = (
-    Group("gear_ratio", NJ, "1", 100.0, 1.0, 1000.0, "motor turns per joint turn"),
-    Group("rotor_inertia", NJ, "kg m^2", [1e-5] * 4 + [5e-6] * 3, 0.0, 1e-3,
-          "motor rotor inertia (motor side); armature = rotor_inertia * gear_ratio^2"),
+    Group("gear_ratio", NJ, "1", 100.0, 100.0, 200.0, "motor turns per joint turn"),
+    Group("rotor_inertia", NJ, "kg m^2", [1e-5] * 4 + [5e-6] * 3, 5e-6, 1e-4,
+          "motor rotor inertia (motor side); armature = rotor_inertia * gear_ratio^2 >= 0.05 kg m^2 "
+          "within the bounds, which MAX_SUBSTEP relies on"),
     Group("effort", NJ, "N m", "effort", 0.0, np.inf, "joint-side torque limit of the drive"),
     Group("current_tau", 1, "s", 2e-4, 1e-5, 5e-3, "current-loop first-order time constant"),
     Group("coulomb", NJ, "N m", [0.55, 0.87, 0.64, 1.28, 0.84, 0.30, 0.56], 0.0, 10.0, "Coulomb friction"),
