@@ -1,10 +1,11 @@
 """The arm plant step: drives, friction, stops, ABA, gripper and object, sub-stepped.
 
-`step(t, x, u, p, dt, n_sub, model, work)` advances the flat state x (layout in
+`step(t, x, u, p, dt, n_sub, mf, mi, wf)` advances the flat state x (layout in
 `layout.STATE_GROUPS`) by dt seconds with the inputs u held, in n_sub sub-steps of
-h = dt / n_sub <= MAX_SUBSTEP; `outputs(x, u, p, y, model, work)` writes y. Both are
-`@njit(cache=True, nogil=True)` and allocate nothing: `model` and `work` are tuples of
-preallocated arrays built once by `ArmModel`.
+h = dt / n_sub <= MAX_SUBSTEP; `outputs(x, u, p, y, mf, mi, wf)` writes y. Both are
+`@njit(cache=True, nogil=True)` and allocate nothing: mf/mi (the model: tree table, TCP,
+gravity, layout offsets) and wf (work) are flat preallocated buffers built once by
+`ArmModel`, viewed inside the kernel as tuples of shaped arrays.
 
 Integrator: semi-implicit (symplectic) Euler on the ABA accelerations,
 
@@ -193,9 +194,12 @@ def evaluate(x, u, p, model, work, gq):
     px = aux[A_PX]
     py = aux[A_PY]
     pz = aux[A_PZ]
-    for a in range(6):
-        for b in range(6):
-            inertia[tb, a, b] = inertia0[tb, a, b]
+    # the bodies' inertias from the model (parameters may have been randomized), the held
+    # object added below
+    for i in range(nb):
+        for a in range(6):
+            for b in range(6):
+                inertia[i, a, b] = inertia0[i, a, b]
     # gripper and normal force
     w = x[xo[XI_GRIPPER_WIDTH]]
     dw = x[xo[XI_GRIPPER_SPEED]]
@@ -304,11 +308,8 @@ def gravity_comp(x, p, model, work, gq):
 
 
 @njit(cache=True, nogil=True)
-def step(t, x, u, p, dt, n_sub, model, work, gq):
-    """Advance x in place by dt (s) in n_sub semi-implicit Euler sub-steps; returns t + dt.
-
-    gq: (nb,) work for the drive's gravity torque (computed once per step).
-    """
+def step_views(t, x, u, p, dt, n_sub, model, work, gq):
+    """`step` on the model/work tuples of views (see `model_views`, `work_views`)."""
     parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po = model
     (E, r, v, c, pA, IA, U, D, uu, acc, T, tmp, inertia, armature, f_ext, ddq, tau_j,
      tau_dem, fric, fb, Rw, pw, pos, J, aux, load, sl) = work
@@ -436,8 +437,8 @@ def _object_kinematics(x, p, model, work):
 
 
 @njit(cache=True, nogil=True)
-def outputs(x, u, p, y, model, work, gq):
-    """Write y (layout.OUTPUT_GROUPS) from the state: true, noise-free values."""
+def outputs_views(x, u, p, y, model, work, gq):
+    """`outputs` on the model/work tuples of views."""
     parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po = model
     (E, r, v, c, pA, IA, U, D, uu, acc, T, tmp, inertia, armature, f_ext, ddq, tau_j,
      tau_dem, fric, fb, Rw, pw, pos, J, aux, load, sl) = work
@@ -470,6 +471,140 @@ def outputs(x, u, p, y, model, work, gq):
         y[yo[YI_OBJECT_POSITION] + a] = x[xo[XI_OBJ_POSITION] + a]
 
 
+N_XG = len(XI)
+N_UG = len(UI)
+N_PG = len(PI)
+N_YG = len(YI)
+
+
+def model_sizes(nb: int) -> tuple[int, int]:
+    """(float, int) lengths of the flat model buffers `mf`, `mi` for nb joints."""
+    return nb * 48 + 15, 2 + N_YG + 2 * nb + N_XG + N_UG + N_PG
+
+
+def work_size(nb: int) -> int:
+    """Length of the flat work buffer `wf` for nb joints."""
+    return nb * (9 + 3 + 6 * 4 + 36 + 2 + 6 + 36 + 1 + 6 + 4 + 6 + 9 + 3 + 6 + 1) + 54 + 6 + 3 + N_AUX + 4
+
+
+@njit(cache=True, nogil=True)
+def model_views(mf, mi):
+    """The model tuple as views of the flat buffers (no copy):
+    (parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po), with
+    ints = [nb, tcp body, y offsets...]."""
+    nb = mi[0]
+    ints = mi[0:2 + N_YG]
+    o = 2 + N_YG
+    parent = mi[o:o + nb]
+    o += nb
+    jtype = mi[o:o + nb]
+    o += nb
+    xo = mi[o:o + N_XG]
+    o += N_XG
+    uo = mi[o:o + N_UG]
+    o += N_UG
+    po = mi[o:o + N_PG]
+    f = 0
+    E_tree = mf[f:f + 9 * nb].reshape((nb, 3, 3))
+    f += 9 * nb
+    r_tree = mf[f:f + 3 * nb].reshape((nb, 3))
+    f += 3 * nb
+    inertia0 = mf[f:f + 36 * nb].reshape((nb, 6, 6))
+    f += 36 * nb
+    gravity = mf[f:f + 3]
+    f += 3
+    tcp_E = mf[f:f + 9].reshape((3, 3))
+    f += 9
+    tcp_r = mf[f:f + 3]
+    return (parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po)
+
+
+@njit(cache=True, nogil=True)
+def work_views(wf, nb):
+    """The work tuple (27 arrays) and gq as views of the flat work buffer (no copy)."""
+    o = 0
+    E = wf[o:o + 9 * nb].reshape((nb, 3, 3))
+    o += 9 * nb
+    r = wf[o:o + 3 * nb].reshape((nb, 3))
+    o += 3 * nb
+    v = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    c = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    pA = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    IA = wf[o:o + 36 * nb].reshape((nb, 6, 6))
+    o += 36 * nb
+    U = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    D = wf[o:o + nb]
+    o += nb
+    uu = wf[o:o + nb]
+    o += nb
+    acc = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    T = wf[o:o + 54].reshape((6, 3, 3))
+    o += 54
+    tmp = wf[o:o + 6]
+    o += 6
+    inertia = wf[o:o + 36 * nb].reshape((nb, 6, 6))
+    o += 36 * nb
+    armature = wf[o:o + nb]
+    o += nb
+    f_ext = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    ddq = wf[o:o + nb]
+    o += nb
+    tau_j = wf[o:o + nb]
+    o += nb
+    tau_dem = wf[o:o + nb]
+    o += nb
+    fric = wf[o:o + nb]
+    o += nb
+    fb = wf[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    Rw = wf[o:o + 9 * nb].reshape((nb, 3, 3))
+    o += 9 * nb
+    pw = wf[o:o + 3 * nb].reshape((nb, 3))
+    o += 3 * nb
+    pos = wf[o:o + 3]
+    o += 3
+    J = wf[o:o + 6 * nb].reshape((6, nb))
+    o += 6 * nb
+    aux = wf[o:o + N_AUX]
+    o += N_AUX
+    load = wf[o:o + 2]
+    o += 2
+    sl = wf[o:o + 2]
+    o += 2
+    gq = wf[o:o + nb]
+    work = (E, r, v, c, pA, IA, U, D, uu, acc, T, tmp, inertia, armature, f_ext, ddq, tau_j,
+            tau_dem, fric, fb, Rw, pw, pos, J, aux, load, sl)
+    return work, gq
+
+
+@njit(cache=True, nogil=True)
+def step(t, x, u, p, dt, n_sub, mf, mi, wf):
+    """Advance x in place by dt (s) in n_sub semi-implicit Euler sub-steps; returns t + dt.
+
+    x, u, p: flat state, input and parameter arrays (`layout`); mf (float64), mi (int64):
+    the flat model (`ArmModel.mf`, `.mi`); wf: the flat work buffer. Nothing is allocated:
+    the kernel works on views of these buffers, and a Python caller pays for unboxing nine
+    arguments only.
+    """
+    model = model_views(mf, mi)
+    work, gq = work_views(wf, mi[0])
+    return step_views(t, x, u, p, dt, n_sub, model, work, gq)
+
+
+@njit(cache=True, nogil=True)
+def outputs(x, u, p, y, mf, mi, wf):
+    """Write y (layout.OUTPUT_GROUPS) from the state: true, noise-free values."""
+    model = model_views(mf, mi)
+    work, gq = work_views(wf, mi[0])
+    outputs_views(x, u, p, y, model, work, gq)
+
+
 class ArmModel:
     """The arm plant's model and work tuples for one instance, plus its layout.
 
@@ -487,19 +622,20 @@ class ArmModel:
         if body < 0:
             raise ValueError(f"TCP link {tcp!r} is on the fixed base")
         nb = tree.nb
-        yo = L.offsets("y")
-        ints = np.concatenate([np.array([nb, body], dtype=np.int64), yo])
+        nf, ni = model_sizes(nb)
+        self.mf = np.zeros(nf)
+        self.mi = np.concatenate([np.array([nb, body], dtype=np.int64), L.offsets("y"), tree.parent,
+                                  tree.joint_type, L.offsets("x"), L.offsets("u"), L.offsets("p")])
+        assert self.mi.size == ni
         ch = Chain(tree)
         self.chain = ch
-        self.model = (ch.parent, ch.jtype, ch.E_tree, ch.r_tree, tree.inertia.copy(), ch.gravity,
-                      np.ascontiguousarray(Etcp), np.ascontiguousarray(rtcp), ints,
-                      L.offsets("x"), L.offsets("u"), L.offsets("p"))
-        w = ch.ws
-        self.work = (w.E, w.r, w.v, w.c, w.pA, w.IA, w.U, w.D, w.u, w.acc, ch.T, ch.tmp,
-                     tree.inertia.copy(), np.zeros(nb), np.zeros((nb, 6)), np.zeros(nb), np.zeros(nb),
-                     np.zeros(nb), np.zeros(nb), np.zeros((nb, 6)), w.Rw, w.pw, np.zeros(3),
-                     np.zeros((6, nb)), np.zeros(N_AUX), np.zeros(2), np.zeros(2))
-        self.gq = np.zeros(nb)
+        self.mf[:] = np.concatenate([tree.E_tree.ravel(), tree.r_tree.ravel(), tree.inertia.ravel(),
+                                     ch.gravity, np.asarray(Etcp).ravel(), np.asarray(rtcp).ravel()])
+        self.wf = np.zeros(work_size(nb))
+        #: views of mf/mi and wf (shared memory): model[5] is gravity (m/s^2, world), work[15] ddq,
+        #: work[24] aux (A_* slots)
+        self.model = model_views(self.mf, self.mi)
+        self.work, self.gq = work_views(self.wf, nb)
         self.x = L.nominal("x")
         self.u = L.nominal("u")
         self.p = L.nominal("p")
@@ -516,10 +652,10 @@ class ArmModel:
         """Advance by dt (s); n_sub defaults to ceil(dt / MAX_SUBSTEP)."""
         if n_sub is None:
             n_sub = max(1, math.ceil(dt / MAX_SUBSTEP * (1 - 1e-12)))
-        self.t = step(self.t, self.x, self.u, self.p, dt, n_sub, self.model, self.work, self.gq)
+        self.t = step(self.t, self.x, self.u, self.p, dt, n_sub, self.mf, self.mi, self.wf)
 
     def compute_outputs(self) -> np.ndarray:
-        outputs(self.x, self.u, self.p, self.y, self.model, self.work, self.gq)
+        outputs(self.x, self.u, self.p, self.y, self.mf, self.mi, self.wf)
         return self.y
 
     def xs(self, name):

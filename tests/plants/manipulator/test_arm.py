@@ -40,7 +40,7 @@ def run_energy(arm, seconds, n_sub):
     E = np.empty(int(round(seconds / DT)) + 1)
     E[0] = energy_of(arm)
     for k in range(1, E.size):
-        step(0.0, arm.x, arm.u, arm.p, DT, n_sub, arm.model, arm.work, arm.gq)
+        step(0.0, arm.x, arm.u, arm.p, DT, n_sub, arm.mf, arm.mi, arm.wf)
         E[k] = energy_of(arm)
     return E
 
