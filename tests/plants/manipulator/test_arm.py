@@ -175,3 +175,47 @@ def test_joint_stop_is_a_stiff_spring():
     Fs = arm.ps("stribeck")[6]
     assert (10.0 - Fs) / K - 1e-6 <= pen <= (10.0 + Fs) / K + 1e-6
     assert abs(arm.xs("dq")[6]) < 1e-3
+
+
+NO_ALLOC_SCRIPT = r"""
+import numpy as np
+from numba import njit
+from numba.core.runtime import rtsys
+from plants.manipulator.arm import ArmModel, step, outputs
+a = ArmModel.panda()
+a.xs("object_held")[:] = 1.0
+a.xs("gripper_width")[:] = 0.049
+a.us("gripper_width_command")[:] = 0.0
+
+@njit
+def run(n, x, u, p, y, mf, mi, wf):
+    for _ in range(n):
+        step(0.0, x, u, p, 1e-3, 4, mf, mi, wf)
+        outputs(x, u, p, y, mf, mi, wf)
+
+args = (a.x, a.u, a.p, a.y, a.mf, a.mi, a.wf)
+run(1, *args)
+s0 = rtsys.get_allocation_stats().alloc
+run(1, *args)
+s1 = rtsys.get_allocation_stats().alloc
+run(500, *args)
+s2 = rtsys.get_allocation_stats().alloc
+print(s1 - s0, s2 - s1, a.compute_outputs()[0])
+"""
+
+
+def test_step_and_outputs_allocate_nothing_per_call():
+    """Numba's own allocation counter (NUMBA_NRT_STATS): 500 steps + outputs inside a compiled
+    loop allocate exactly what 1 does (the arguments' boxing), i.e. nothing per step."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, NUMBA_NRT_STATS="1", PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", NO_ALLOC_SCRIPT], capture_output=True, text=True,
+                         env=env, cwd=root, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    one, many, _ = out.stdout.split()
+    assert int(one) == int(many)
