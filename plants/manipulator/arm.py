@@ -314,7 +314,6 @@ def step_views(t, x, u, p, dt, n_sub, model, work, gq):
     (E, r, v, c, pA, IA, U, D, uu, acc, T, tmp, inertia, armature, f_ext, ddq, tau_j,
      tau_dem, fric, fb, Rw, pw, pos, J, aux, load, sl) = work
     nb = ints[0]
-    tb = ints[1]
     h = dt / n_sub
     gravity_comp(x, p, model, work, gq)
     q = _seg(x, xo, XI_Q, nb)
@@ -669,3 +668,18 @@ class ArmModel:
 
     def ys(self, name):
         return self.y[self.layout.sl("y", name)]
+
+
+@njit(cache=True, nogil=True)
+def tcp_kinematics(q, mf, mi, wf, pos, J):
+    """TCP world position (m) and its 6 x nb world Jacobian (rows: angular, then linear
+    velocity) at joint positions q: what a Cartesian workspace box is linearised with,
+    `p(q + dq dt) ~ p(q) + J[3:] dq dt`. Uses the work buffer's kinematics scratch only."""
+    model = model_views(mf, mi)
+    work, gq = work_views(wf, mi[0])
+    parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po = model
+    E = work[0]
+    r = work[1]
+    Rw = work[20]
+    pw = work[21]
+    dyn.frame_kinematics(parent, jtype, E_tree, r_tree, q, ints[1], tcp_r, E, r, Rw, pw, pos, J)

@@ -126,7 +126,7 @@ def test_torque_mode_with_drive_gravity_compensation_holds_the_arm():
 
 def test_tau_measured_is_the_gravity_load_at_rest():
     arm = ArmModel.panda()
-    y = hold_ready(arm, 0.5)
+    hold_ready(arm, 0.5)
     g = Chain(load_panda()).gravity_torque(arm.xs("q"), np.zeros(7))
     np.testing.assert_allclose(arm.ys("tau_measured"), g, atol=1e-6)
     np.testing.assert_allclose(arm.ys("q"), arm.xs("q"))
@@ -219,3 +219,34 @@ def test_step_and_outputs_allocate_nothing_per_call():
     assert out.returncode == 0, out.stderr[-2000:]
     one, many, _ = out.stdout.split()
     assert int(one) == int(many)
+
+
+def test_tcp_kinematics_matches_the_chain_and_linearises_the_motion():
+    from plants.manipulator.arm import tcp_kinematics
+    from plants.manipulator.chain import PANDA_TCP
+
+    arm = ArmModel.panda()
+    ch = Chain(load_panda())
+    rng = np.random.default_rng(3)
+    pos, J = np.zeros(3), np.zeros((6, 7))
+    pos2, J2 = np.zeros(3), np.zeros((6, 7))
+    for _ in range(20):
+        q = rng.uniform(ch.tree.q_lower, ch.tree.q_upper)
+        tcp_kinematics(q, arm.mf, arm.mi, arm.wf, pos, J)
+        ch.frame(PANDA_TCP, q, pos2, J2)
+        np.testing.assert_array_equal(pos, pos2)
+        np.testing.assert_array_equal(J, J2)
+        # first-order prediction of a 1 ms move at 1 rad/s: error O(dt^2)
+        dq = rng.uniform(-1, 1, 7)
+        ch.frame(PANDA_TCP, q + dq * 1e-3, pos2, J2)
+        np.testing.assert_allclose(pos2, pos + J[3:] @ dq * 1e-3, atol=1e-5)
+
+
+def test_layout_nominals_lie_within_their_bounds():
+    arm = ArmModel.panda()
+    L = arm.layout
+    for which in ("x", "u", "y", "p"):
+        lo, hi = L.bounds(which)
+        nom = L.nominal(which)
+        bad = np.flatnonzero(~((lo <= nom) & (nom <= hi)))
+        assert bad.size == 0, (which, bad)
