@@ -647,6 +647,17 @@ class ArmModel:
 
         return cls(load_panda(), PANDA_TCP)
 
+    def scale_links(self, mass_scale) -> None:
+        """Randomize the links physically: body i's mass and rotational inertia both scaled by
+        mass_scale[i] > 0 (centre of mass kept). A positive multiple of a physically consistent
+        spatial inertia stays consistent (positive definite, triangle inequalities hold), so
+        any scale in (0, inf) gives a valid arm; the drive's gravity model follows (it reads the
+        same model buffer, as a controller with an identified payload model would)."""
+        scale = np.asarray(mass_scale, dtype=float)
+        if scale.shape != (self.tree.nb,) or not (np.isfinite(scale).all() and (scale > 0).all()):
+            raise ValueError(f"mass_scale: expected {self.tree.nb} finite factors > 0, got {mass_scale!r}")
+        self.model[4][:] = self.tree.inertia * scale[:, None, None]
+
     def step(self, dt: float, n_sub: int | None = None) -> None:
         """Advance by dt (s); n_sub defaults to ceil(dt / MAX_SUBSTEP)."""
         if n_sub is None:

@@ -138,3 +138,32 @@ def test_end_effector_position_and_jacobian_match_pinocchio(chain, pin_model):
         Jref = pin.computeFrameJacobian(pin_model, data, q[k], fid, pin.LOCAL_WORLD_ALIGNED)
         np.testing.assert_allclose(J[:3], Jref[3:], atol=1e-12)   # angular
         np.testing.assert_allclose(J[3:], Jref[:3], atol=1e-12)   # linear
+
+
+def test_scaled_links_match_pinocchio_with_the_same_scaling(pin_model):
+    """Domain randomization of link masses (mass and inertia scaled together) stays a valid
+    rigid body: the arm plant's ABA (inside `evaluate`) equals Pinocchio on the scaled model."""
+    from plants.manipulator.arm import ArmModel, evaluate
+
+    arm = ArmModel.panda()
+    scale = np.array([0.8, 1.2, 0.9, 1.1, 1.3, 0.7, 1.05])
+    arm.scale_links(scale)
+    arm.ps("coulomb")[:] = 0.0
+    arm.ps("stribeck")[:] = 0.0
+    arm.ps("viscous")[:] = 0.0
+    arm.ps("gravity_comp")[:] = 0.0
+    model = pin_model.copy()
+    for i in range(7):
+        model.inertias[i + 1] = pin.Inertia(model.inertias[i + 1].mass * scale[i], model.inertias[i + 1].lever,
+                                            model.inertias[i + 1].inertia * scale[i])
+    model.armature = arm.ps("rotor_inertia") * arm.ps("gear_ratio") ** 2
+    data = model.createData()
+    q, dq, tau = random_states(arm.tree, 50, seed=9)
+    for k in range(50):
+        arm.xs("q")[:] = q[k]
+        arm.xs("dq")[:] = dq[k]
+        arm.xs("tau_motor")[:] = tau[k]
+        evaluate(arm.x, arm.u, arm.p, arm.model, arm.work, arm.gq)
+        np.testing.assert_allclose(arm.work[15], pin.aba(model, data, q[k], dq[k], tau[k]), atol=1e-9, rtol=0)
+    with pytest.raises(ValueError, match="mass_scale"):
+        arm.scale_links(np.r_[scale[:6], -1.0])
