@@ -17,6 +17,7 @@ Human-readable lines go to stderr; the last line of stdout is one JSON object:
                             URDF damping/friction zeroed, joint limits off), per call from
                             Python, 1 ms timestep, no contacts (null if mujoco is not installed)
       mujoco_mj_forward_max_abs_err  max |qacc - hil ddq| over 200 states (same model)
+    min_us: the fastest sample of each timing (the machine's unloaded speed, roughly)
     goals: the issue's goals, for comparison
 
 Timing is per call on this (shared, loaded) machine: medians of repeated samples.
@@ -171,12 +172,21 @@ def _naive_loop(n, parent, Et, rt, I, g, Q, dQ, TAU):
     return s
 
 
-def median_us(fn, n: int, samples: int) -> float:
+MINS: dict[str, float] = {}
+
+
+def median_us(fn, n: int, samples: int, name: str = "") -> float:
+    """Median over `samples` short samples of the mean per-call time of n calls (us).
+
+    Short samples (a few ms) on a shared machine: a preempted sample is an outlier the
+    median ignores; the fastest sample is kept in MINS[name] for the JSON's `min_us`."""
     out = []
     for _ in range(samples):
         t0 = time.perf_counter()
         fn(n)
         out.append((time.perf_counter() - t0) / n * 1e6)
+    if name:
+        MINS[name] = round(min(out), 3)
     return statistics.median(out)
 
 
@@ -231,15 +241,17 @@ def mujoco_reference(chain, Q, dQ, TAU, samples):
         return time.perf_counter() - t0
 
     run(10)
-    return statistics.median(run(2000) / 2000 * 1e6 for _ in range(samples)), err
+    times = [run(1000) / 1000 * 1e6 for _ in range(samples)]
+    MINS["mujoco_mj_step_us"] = round(min(times), 3)
+    return statistics.median(times), err
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
     args = ap.parse_args()
-    samples = 5 if args.quick else 15
-    n_calls = 2000 if args.quick else 20000
+    samples = 11 if args.quick else 101
+    n_calls = 1000
 
     tree = load_panda()
     chain = Chain(tree)
@@ -265,7 +277,7 @@ def main() -> None:
                 chain.gravity, Qs, dQs, TAUs, chain.f_ext, np.zeros(7), w.E, w.r, w.v, w.c, w.pA, w.IA,
                 w.U, w.D, w.u, w.acc, chain.T, chain.tmp)
     _aba_loop(10, *aba_args)
-    aba_us = median_us(lambda n: _aba_loop(n, *aba_args), n_calls, samples)
+    aba_us = median_us(lambda n: _aba_loop(n, *aba_args), n_calls, samples, "aba_us")
     log(f"hil ABA (Numba loop): {aba_us:.3f} us")
 
     # naive ABA
@@ -276,12 +288,12 @@ def main() -> None:
         chain.aba(Qs[k], dQs[k], TAUs[k], ddq)
         naive_err = max(naive_err, float(np.abs(nd - ddq).max()))
     naive_us = median_us(lambda n: _naive_loop(n, chain.parent, chain.E_tree, chain.r_tree, chain.inertia,
-                                               chain.gravity, Qs, dQs, TAUs), n_calls // 4, samples)
+                                               chain.gravity, Qs, dQs, TAUs), n_calls // 10, samples, "textbook_numba_aba_us")
     log(f"textbook Numba ABA (6x6 products, allocating): {naive_us:.3f} us (max diff {naive_err:.1e})")
     alloc_args = (chain.parent, chain.jtype, chain.E_tree, chain.r_tree, chain.inertia, chain.armature,
                   chain.gravity, Qs, dQs, TAUs, chain.f_ext)
     _alloc_loop(2, *alloc_args)
-    alloc_us = median_us(lambda n: _alloc_loop(n, *alloc_args), n_calls, samples)
+    alloc_us = median_us(lambda n: _alloc_loop(n, *alloc_args), n_calls, samples, "naive_numba_aba_us")
     log(f"naive Numba ABA (hil's, work arrays allocated per call): {alloc_us:.3f} us")
 
     # pin.aba from Python
@@ -291,7 +303,7 @@ def main() -> None:
             pin.aba(pmodel, pdata, Qs[j], dQs[j], TAUs[j])
 
     pin_run(10)
-    pin_us = median_us(pin_run, n_calls // 4, samples)
+    pin_us = median_us(pin_run, n_calls, samples, "pin_aba_python_us")
     log(f"pin.aba from Python: {pin_us:.3f} us")
 
     # full plant step: position mode, object held in contact
@@ -307,13 +319,13 @@ def main() -> None:
     _step_loop(5, arm.x, arm.u, arm.p, 1e-3, DEFAULT_SUBSTEPS, arm.mf, arm.mi, arm.wf)
     arm.x[:] = x0
     step_us = median_us(lambda n: _step_loop(n, arm.x, arm.u, arm.p, 1e-3, DEFAULT_SUBSTEPS, arm.mf,
-                                               arm.mi, arm.wf), n_calls // 10, samples)
+                                               arm.mi, arm.wf), n_calls // 10, samples, "step_us")
 
     def py_steps(n):
         for _ in range(n):
             step(0.0, arm.x, arm.u, arm.p, 1e-3, DEFAULT_SUBSTEPS, arm.mf, arm.mi, arm.wf)
 
-    step_py_us = median_us(py_steps, n_calls // 10, samples)
+    step_py_us = median_us(py_steps, n_calls // 10, samples, "step_python_call_us")
     arm.compute_outputs()
     log(f"plant step (1 ms, {DEFAULT_SUBSTEPS} sub-steps, contact): {step_us:.2f} us in Numba, "
         f"{step_py_us:.2f} us from Python; contact force {arm.ys('contact_force')[0]:.2f} N, "
@@ -339,6 +351,7 @@ def main() -> None:
             mujoco_mj_step_us=None if mj_us is None else round(mj_us, 3),
             mujoco_mj_forward_max_abs_err=mj_err,
         ),
+        min_us=MINS,
         goals=GOALS,
         quick=bool(args.quick),
     )
