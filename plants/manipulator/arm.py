@@ -694,3 +694,23 @@ def tcp_kinematics(q, mf, mi, wf, pos, J):
     Rw = work[20]
     pw = work[21]
     dyn.frame_kinematics(parent, jtype, E_tree, r_tree, q, ints[1], tcp_r, E, r, Rw, pw, pos, J)
+
+
+@njit(cache=True, nogil=True)
+def gravity_torque(q, mf, mi, wf, out):
+    """out = g(q) (N m): the joint torques holding the arm still at q (RNEA with dq = ddq = 0,
+    the model's link inertias, no payload): the gravity compensation of a fallback joint PD
+    `tau = kp (q_ref - q) - kd dq + g(q)`. Uses the work buffer's dynamics scratch (not to be
+    called concurrently with `step` on the same buffers)."""
+    model = model_views(mf, mi)
+    work, gq = work_views(wf, mi[0])
+    parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po = model
+    nb = ints[0]
+    zeros = work[17]  # tau_dem scratch
+    f_ext = work[14]
+    for i in range(nb):
+        zeros[i] = 0.0
+        for k in range(6):
+            f_ext[i, k] = 0.0
+    dyn.rnea(parent, jtype, E_tree, r_tree, inertia0, zeros, gravity, q, zeros, zeros, f_ext, out,
+             work[0], work[1], work[2], work[9], work[19], work[11])

@@ -250,3 +250,30 @@ def test_layout_nominals_lie_within_their_bounds():
         nom = L.nominal(which)
         bad = np.flatnonzero(~((lo <= nom) & (nom <= hi)))
         assert bad.size == 0, (which, bad)
+
+
+def test_gravity_torque_on_the_flat_buffers_equals_the_chain_rnea():
+    from plants.manipulator.arm import gravity_torque
+
+    arm = ArmModel.panda()
+    ch = Chain(load_panda())
+    rng = np.random.default_rng(4)
+    out, ref = np.zeros(7), np.zeros(7)
+    for _ in range(20):
+        q = rng.uniform(ch.tree.q_lower, ch.tree.q_upper)
+        gravity_torque(q, arm.mf, arm.mi, arm.wf, out)
+        np.testing.assert_array_equal(out, ch.gravity_torque(q, ref))
+
+
+def test_friction_law():
+    from plants.manipulator.drive import friction_torque
+
+    Fc, Fs, vs, Fv, eps = 0.5, 0.8, 0.1, 0.2, 0.02
+    for v in (0.001, 0.01, 0.05, 0.3, 2.0):
+        f = friction_torque(v, Fc, Fs, vs, Fv, eps)
+        expected = (Fc + (Fs - Fc) * np.exp(-(v / vs) ** 2)) * np.tanh(v / eps) + Fv * v
+        assert f == pytest.approx(expected, rel=1e-14)
+        assert friction_torque(-v, Fc, Fs, vs, Fv, eps) == pytest.approx(-f, rel=1e-14)  # opposes motion
+    assert friction_torque(0.0, Fc, Fs, vs, Fv, eps) == 0.0
+    # Stribeck: breakaway level near rest above the sliding (Coulomb) level
+    assert friction_torque(0.06, Fc, Fs, vs, Fv, eps) - Fv * 0.06 > friction_torque(0.5, Fc, Fs, vs, Fv, eps) - Fv * 0.5
