@@ -1,0 +1,479 @@
+"""Rigid-body dynamics of a kinematic tree as Numba kernels over preallocated arrays.
+
+Kernels (all `@njit(cache=True, nogil=True)`, float64, SI units, nothing allocated per call):
+- `aba`: forward dynamics, ddq = FD(q, dq, tau, f_ext), by the articulated-body algorithm
+  (Featherstone 2008, Table 7.1), with a per-joint armature (reflected rotor inertia) added
+  to the joint-space inertia diagonal.
+- `rnea`: inverse dynamics tau = ID(q, dq, ddq) (Table 5.1); `gravity_torque` is
+  rnea(q, 0, 0), the gravity compensation of a fallback PD controller.
+- `frame_kinematics`: world position of a point on a body and its 6 x nv geometric Jacobian
+  (angular rows 0-2, linear rows 3-5, world coordinates), for a Cartesian workspace box
+  linearised each step.
+- `energy`: kinetic and potential energy (J), for the integrator's energy-drift check.
+
+The model is the flat table of `urdf.KinematicTree` (bodies parents first, every joint about
+or along its local z axis, so the motion subspace S is a unit vector: index 2 for revolute,
+5 for prismatic). Spatial vectors are [angular; linear]; `X = [[E, 0], [-E r^, E]]` maps
+parent to body coordinates (E: rotation parent -> body; r: body origin in parent
+coordinates). Gravity enters as a fictitious base acceleration a_0 = -g (so body
+accelerations returned in `acc` include -g: a point's `acc` linear part is a - g).
+
+Work arrays (from `Workspace`): E (nb,3,3), r (nb,3), v, c, pA, U, acc (nb,6), IA (nb,6,6),
+D, u (nb). A readable version of the algorithm, in the same notation:
+
+    for i:  X_i = XJ(q_i) XT_i;  v_i = X_i v_p + S dq_i;  c_i = v_i x (S dq_i)
+            IA_i = I_i;  pA_i = v_i x* I_i v_i - f_ext_i
+    for i reversed:  U = IA_i S;  D = S^T U + armature_i;  u = tau_i - S^T pA_i
+            Ia = IA_i - U U^T / D;  pa = pA_i + Ia c_i + U u / D
+            IA_p += X_i^T Ia X_i;  pA_p += X_i^T pa
+    for i:  a' = X_i a_p + c_i;  ddq_i = (u_i - U^T a') / D_i;  a_i = a' + S ddq_i
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+GRAVITY = np.array([0.0, 0.0, -9.81])  # m/s^2, world frame (Pinocchio's default)
+
+
+class Workspace:
+    """Preallocated work arrays for the kernels of one chain of nb bodies."""
+
+    def __init__(self, nb: int):
+        self.E = np.zeros((nb, 3, 3))
+        self.r = np.zeros((nb, 3))
+        self.v = np.zeros((nb, 6))
+        self.c = np.zeros((nb, 6))
+        self.pA = np.zeros((nb, 6))
+        self.IA = np.zeros((nb, 6, 6))
+        self.U = np.zeros((nb, 6))
+        self.D = np.zeros(nb)
+        self.u = np.zeros(nb)
+        self.acc = np.zeros((nb, 6))
+        # world placement of each body (FK): rotation body -> world, origin in world
+        self.Rw = np.zeros((nb, 3, 3))
+        self.pw = np.zeros((nb, 3))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def joint_transform(jt, q, Et, rt, E, r):
+    """E, r of X_i = XJ(q) XT: rotation parent -> body and body origin in parent coords (m)."""
+    if jt == 0:
+        cq = math.cos(q)
+        sq = math.sin(q)
+        for k in range(3):
+            e0 = Et[0, k]
+            e1 = Et[1, k]
+            E[0, k] = cq * e0 + sq * e1
+            E[1, k] = -sq * e0 + cq * e1
+            E[2, k] = Et[2, k]
+            r[k] = rt[k]
+    else:
+        for k in range(3):
+            E[0, k] = Et[0, k]
+            E[1, k] = Et[1, k]
+            E[2, k] = Et[2, k]
+            r[k] = rt[k] + Et[2, k] * q
+
+
+@njit(cache=True, nogil=True, inline="always")
+def motion_to_child(E, r, vp, out):
+    """out = X vp for a motion vector: w' = E w, v' = E (v - r x w)."""
+    w0, w1, w2 = vp[0], vp[1], vp[2]
+    l0 = vp[3] - (r[1] * w2 - r[2] * w1)
+    l1 = vp[4] - (r[2] * w0 - r[0] * w2)
+    l2 = vp[5] - (r[0] * w1 - r[1] * w0)
+    for k in range(3):
+        out[k] = E[k, 0] * w0 + E[k, 1] * w1 + E[k, 2] * w2
+        out[3 + k] = E[k, 0] * l0 + E[k, 1] * l1 + E[k, 2] * l2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def force_to_parent_add(E, r, f, out):
+    """out += X^T f for a force vector: f' = E^T f, n' = E^T n + r x f'."""
+    n0 = E[0, 0] * f[0] + E[1, 0] * f[1] + E[2, 0] * f[2]
+    n1 = E[0, 1] * f[0] + E[1, 1] * f[1] + E[2, 1] * f[2]
+    n2 = E[0, 2] * f[0] + E[1, 2] * f[1] + E[2, 2] * f[2]
+    g0 = E[0, 0] * f[3] + E[1, 0] * f[4] + E[2, 0] * f[5]
+    g1 = E[0, 1] * f[3] + E[1, 1] * f[4] + E[2, 1] * f[5]
+    g2 = E[0, 2] * f[3] + E[1, 2] * f[4] + E[2, 2] * f[5]
+    out[0] += n0 + r[1] * g2 - r[2] * g1
+    out[1] += n1 + r[2] * g0 - r[0] * g2
+    out[2] += n2 + r[0] * g1 - r[1] * g0
+    out[3] += g0
+    out[4] += g1
+    out[5] += g2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def inertia_to_parent_add(E, r, Ia, out, T):
+    """out += X^T Ia X for a symmetric 6x6 (articulated) inertia in body coordinates.
+
+    Rotate the 3x3 blocks A, B, C of Ia = [[A, B], [B^T, C]] to parent axes (E^T M E), then
+    shift the origin by r (R = r^, R^T = -R):
+    A'' = A - B R - (B R)^T - R C R,  B'' = B + R C,  C'' = C.
+    T: (6, 3, 3) scratch.
+    """
+    tA = T[0]
+    tB = T[1]
+    tC = T[2]
+    A = T[3]
+    B = T[4]
+    C = T[5]
+    for i in range(3):
+        for j in range(3):
+            sa = 0.0
+            sb = 0.0
+            sc = 0.0
+            for k in range(3):
+                e = E[k, j]
+                sa += Ia[i, k] * e
+                sb += Ia[i, 3 + k] * e
+                sc += Ia[3 + i, 3 + k] * e
+            tA[i, j] = sa
+            tB[i, j] = sb
+            tC[i, j] = sc
+    for i in range(3):
+        for j in range(3):
+            sa = 0.0
+            sb = 0.0
+            sc = 0.0
+            for k in range(3):
+                e = E[k, i]
+                sa += e * tA[k, j]
+                sb += e * tB[k, j]
+                sc += e * tC[k, j]
+            A[i, j] = sa
+            B[i, j] = sb
+            C[i, j] = sc
+    rx = r[0]
+    ry = r[1]
+    rz = r[2]
+    BR = tA  # reuse scratch
+    RC = tB
+    for i in range(3):
+        b0 = B[i, 0]
+        b1 = B[i, 1]
+        b2 = B[i, 2]
+        BR[i, 0] = b1 * rz - b2 * ry
+        BR[i, 1] = -b0 * rz + b2 * rx
+        BR[i, 2] = b0 * ry - b1 * rx
+    for j in range(3):
+        c0 = C[0, j]
+        c1 = C[1, j]
+        c2 = C[2, j]
+        RC[0, j] = -rz * c1 + ry * c2
+        RC[1, j] = rz * c0 - rx * c2
+        RC[2, j] = -ry * c0 + rx * c1
+    for i in range(3):
+        q0 = RC[i, 0]
+        q1 = RC[i, 1]
+        q2 = RC[i, 2]
+        rcr0 = q1 * rz - q2 * ry
+        rcr1 = -q0 * rz + q2 * rx
+        rcr2 = q0 * ry - q1 * rx
+        out[i, 0] += A[i, 0] - BR[i, 0] - BR[0, i] - rcr0
+        out[i, 1] += A[i, 1] - BR[i, 1] - BR[1, i] - rcr1
+        out[i, 2] += A[i, 2] - BR[i, 2] - BR[2, i] - rcr2
+        for j in range(3):
+            bb = B[i, j] + RC[i, j]
+            out[i, 3 + j] += bb
+            out[3 + j, i] += bb
+            out[3 + i, 3 + j] += C[i, j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def cross_motion(v, m, out):
+    """out = v x m (spatial motion cross product)."""
+    w0, w1, w2, l0, l1, l2 = v[0], v[1], v[2], v[3], v[4], v[5]
+    out[0] = w1 * m[2] - w2 * m[1]
+    out[1] = w2 * m[0] - w0 * m[2]
+    out[2] = w0 * m[1] - w1 * m[0]
+    out[3] = w1 * m[5] - w2 * m[4] + l1 * m[2] - l2 * m[1]
+    out[4] = w2 * m[3] - w0 * m[5] + l2 * m[0] - l0 * m[2]
+    out[5] = w0 * m[4] - w1 * m[3] + l0 * m[1] - l1 * m[0]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def cross_force(v, f, out):
+    """out = v x* f (spatial force cross product)."""
+    w0, w1, w2, l0, l1, l2 = v[0], v[1], v[2], v[3], v[4], v[5]
+    out[0] = w1 * f[2] - w2 * f[1] + l1 * f[5] - l2 * f[4]
+    out[1] = w2 * f[0] - w0 * f[2] + l2 * f[3] - l0 * f[5]
+    out[2] = w0 * f[1] - w1 * f[0] + l0 * f[4] - l1 * f[3]
+    out[3] = w1 * f[5] - w2 * f[4]
+    out[4] = w2 * f[3] - w0 * f[5]
+    out[5] = w0 * f[4] - w1 * f[3]
+
+
+@njit(cache=True, nogil=True)
+def aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f_ext, ddq,
+        E, r, v, c, pA, IA, U, D, u, acc, T, tmp):
+    """Forward dynamics by the articulated-body algorithm; writes ddq (rad/s^2 or m/s^2).
+
+    q, dq, tau: joint positions (rad|m), velocities (rad/s|m/s), torques (N m|N), shape (nb,).
+    f_ext: (nb, 6) external spatial force on each body, body coordinates, [N m; N].
+    armature: (nb,) reflected rotor inertia (kg m^2) added to the joint-space inertia diagonal:
+        in ABA it is added to D_i = S^T IA_i S, which is exactly M + diag(armature).
+    gravity: (3,) world gravity (m/s^2), the base is the world frame.
+    The remaining arguments are the `Workspace` arrays; T (6,3,3) and tmp (6,) scratch.
+    On return acc[i] is body i's spatial acceleration (body coordinates) with -g included.
+    """
+    nb = q.size
+    for i in range(nb):
+        joint_transform(jtype[i], q[i], E_tree[i], r_tree[i], E[i], r[i])
+        p = parent[i]
+        vi = v[i]
+        if p >= 0:
+            motion_to_child(E[i], r[i], v[p], vi)
+        else:
+            for k in range(6):
+                vi[k] = 0.0
+        s = 2 if jtype[i] == 0 else 5
+        vi[s] += dq[i]
+        # c = v x (S dq): only column s of v x . is needed
+        ci = c[i]
+        qd = dq[i]
+        if s == 2:
+            ci[0] = vi[1] * qd
+            ci[1] = -vi[0] * qd
+            ci[2] = 0.0
+            ci[3] = vi[4] * qd
+            ci[4] = -vi[3] * qd
+            ci[5] = 0.0
+        else:
+            ci[0] = 0.0
+            ci[1] = 0.0
+            ci[2] = 0.0
+            ci[3] = vi[1] * qd
+            ci[4] = -vi[0] * qd
+            ci[5] = 0.0
+        Ii = inertia[i]
+        IAi = IA[i]
+        for a in range(6):
+            acc_ = 0.0
+            for b in range(6):
+                x = Ii[a, b]
+                IAi[a, b] = x
+                acc_ += x * vi[b]
+            tmp[a] = acc_
+        cross_force(vi, tmp, pA[i])
+        for k in range(6):
+            pA[i, k] -= f_ext[i, k]
+    for i in range(nb - 1, -1, -1):
+        s = 2 if jtype[i] == 0 else 5
+        IAi = IA[i]
+        Ui = U[i]
+        for k in range(6):
+            Ui[k] = IAi[k, s]
+        Di = Ui[s] + armature[i]
+        D[i] = Di
+        ui = tau[i] - pA[i, s]
+        u[i] = ui
+        p = parent[i]
+        if p >= 0:
+            inv = 1.0 / Di
+            ci = c[i]
+            # Ia = IA - U U^T / D (in place: IA[i] is not needed afterwards)
+            for a in range(6):
+                ua = Ui[a] * inv
+                for b in range(6):
+                    IAi[a, b] -= ua * Ui[b]
+            # pa = pA + Ia c + U u / D
+            uu = ui * inv
+            for a in range(6):
+                acc_ = pA[i, a] + Ui[a] * uu
+                for b in range(6):
+                    acc_ += IAi[a, b] * ci[b]
+                tmp[a] = acc_
+            inertia_to_parent_add(E[i], r[i], IAi, IA[p], T)
+            force_to_parent_add(E[i], r[i], tmp, pA[p])
+    for i in range(nb):
+        p = parent[i]
+        ai = acc[i]
+        if p >= 0:
+            motion_to_child(E[i], r[i], acc[p], ai)
+        else:
+            # a_0 = -g (spatial, world = base coordinates)
+            tmp[0] = 0.0
+            tmp[1] = 0.0
+            tmp[2] = 0.0
+            tmp[3] = -gravity[0]
+            tmp[4] = -gravity[1]
+            tmp[5] = -gravity[2]
+            motion_to_child(E[i], r[i], tmp, ai)
+        for k in range(6):
+            ai[k] += c[i, k]
+        s = 2 if jtype[i] == 0 else 5
+        Ui = U[i]
+        dot = 0.0
+        for k in range(6):
+            dot += Ui[k] * ai[k]
+        qdd = (u[i] - dot) / D[i]
+        ddq[i] = qdd
+        ai[s] += qdd
+
+
+@njit(cache=True, nogil=True)
+def rnea(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, ddq, f_ext, tau,
+         E, r, v, acc, fb, tmp):
+    """Inverse dynamics: tau = M(q) ddq + C(q, dq) dq + g(q) - J^T f_ext (N m | N).
+
+    armature (kg m^2) adds armature[i] * ddq[i]; f_ext (nb, 6) body coordinates.
+    fb (nb, 6) work: body forces. Same frame conventions as `aba`.
+    """
+    nb = q.size
+    for i in range(nb):
+        joint_transform(jtype[i], q[i], E_tree[i], r_tree[i], E[i], r[i])
+        p = parent[i]
+        s = 2 if jtype[i] == 0 else 5
+        vi = v[i]
+        ai = acc[i]
+        if p >= 0:
+            motion_to_child(E[i], r[i], v[p], vi)
+            motion_to_child(E[i], r[i], acc[p], ai)
+        else:
+            for k in range(6):
+                vi[k] = 0.0
+                tmp[k] = 0.0
+            tmp[3] = -gravity[0]
+            tmp[4] = -gravity[1]
+            tmp[5] = -gravity[2]
+            motion_to_child(E[i], r[i], tmp, ai)
+        qd = dq[i]
+        # a += v x (S qd) + S qdd  (using v before adding S qd: v x S qd is the same)
+        if s == 2:
+            ai[0] += vi[1] * qd
+            ai[1] += -vi[0] * qd
+            ai[3] += vi[4] * qd
+            ai[4] += -vi[3] * qd
+        else:
+            ai[3] += vi[1] * qd
+            ai[4] += -vi[0] * qd
+        ai[s] += ddq[i]
+        vi[s] += qd
+        Ii = inertia[i]
+        for a in range(6):
+            acc_ = 0.0
+            for b in range(6):
+                acc_ += Ii[a, b] * vi[b]
+            tmp[a] = acc_
+        cross_force(vi, tmp, fb[i])
+        for a in range(6):
+            acc_ = 0.0
+            for b in range(6):
+                acc_ += Ii[a, b] * ai[b]
+            fb[i, a] += acc_ - f_ext[i, a]
+    for i in range(nb - 1, -1, -1):
+        s = 2 if jtype[i] == 0 else 5
+        tau[i] = fb[i, s] + armature[i] * ddq[i]
+        p = parent[i]
+        if p >= 0:
+            force_to_parent_add(E[i], r[i], fb[i], fb[p])
+
+
+@njit(cache=True, nogil=True)
+def forward_kinematics(parent, jtype, E_tree, r_tree, q, E, r, Rw, pw):
+    """World placement of every body: Rw[i] rotation body -> world, pw[i] origin (m)."""
+    nb = q.size
+    for i in range(nb):
+        joint_transform(jtype[i], q[i], E_tree[i], r_tree[i], E[i], r[i])
+        p = parent[i]
+        if p < 0:
+            for a in range(3):
+                pw[i, a] = r[i, a]
+                for b in range(3):
+                    Rw[i, a, b] = E[i, b, a]
+        else:
+            for a in range(3):
+                s_ = pw[p, a]
+                for k in range(3):
+                    s_ += Rw[p, a, k] * r[i, k]
+                pw[i, a] = s_
+                for b in range(3):
+                    s2 = 0.0
+                    for k in range(3):
+                        s2 += Rw[p, a, k] * E[i, b, k]
+                    Rw[i, a, b] = s2
+
+
+@njit(cache=True, nogil=True)
+def frame_kinematics(parent, jtype, E_tree, r_tree, q, body, point, E, r, Rw, pw, pos, J):
+    """World position (m) of `point` (body coordinates, m) on `body`, and its Jacobian.
+
+    J (6, nb): rows 0-2 angular velocity, rows 3-5 linear velocity of the point, world
+    coordinates, per unit joint rate (J[:, j] = 0 for joints not supporting `body`).
+    """
+    forward_kinematics(parent, jtype, E_tree, r_tree, q, E, r, Rw, pw)
+    for a in range(3):
+        s_ = pw[body, a]
+        for k in range(3):
+            s_ += Rw[body, a, k] * point[k]
+        pos[a] = s_
+    for j in range(q.size):
+        for a in range(6):
+            J[a, j] = 0.0
+    j = body
+    while j >= 0:
+        # joint axis z of body j in world: column 2 of Rw[j]
+        zx = Rw[j, 0, 2]
+        zy = Rw[j, 1, 2]
+        zz = Rw[j, 2, 2]
+        if jtype[j] == 0:
+            dx = pos[0] - pw[j, 0]
+            dy = pos[1] - pw[j, 1]
+            dz = pos[2] - pw[j, 2]
+            J[0, j] = zx
+            J[1, j] = zy
+            J[2, j] = zz
+            J[3, j] = zy * dz - zz * dy
+            J[4, j] = zz * dx - zx * dz
+            J[5, j] = zx * dy - zy * dx
+        else:
+            J[3, j] = zx
+            J[4, j] = zy
+            J[5, j] = zz
+        j = parent[j]
+
+
+@njit(cache=True, nogil=True)
+def energy(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, E, r, v, Rw, pw, out):
+    """out[0] = kinetic energy (J, rotor armature included), out[1] = potential energy (J).
+
+    Potential is -sum m_i g . p_com_i with p_com the world centre of mass of body i.
+    """
+    forward_kinematics(parent, jtype, E_tree, r_tree, q, E, r, Rw, pw)
+    ke = 0.0
+    pe = 0.0
+    nb = q.size
+    for i in range(nb):
+        p = parent[i]
+        vi = v[i]
+        if p >= 0:
+            motion_to_child(E[i], r[i], v[p], vi)
+        else:
+            for k in range(6):
+                vi[k] = 0.0
+        s = 2 if jtype[i] == 0 else 5
+        vi[s] += dq[i]
+        Ii = inertia[i]
+        for a in range(6):
+            acc_ = 0.0
+            for b in range(6):
+                acc_ += Ii[a, b] * vi[b]
+            ke += 0.5 * vi[a] * acc_
+        ke += 0.5 * armature[i] * dq[i] * dq[i]
+        m = Ii[3, 3]
+        if m > 0.0:
+            # m c^ = Ii[0:3, 3:6] -> c = (Ii[2,4], Ii[0,5], Ii[1,3]) / m
+            cx = Ii[2, 4] / m
+            cy = Ii[0, 5] / m
+            cz = Ii[1, 3] / m
+            for a in range(3):
+                pc = pw[i, a] + Rw[i, a, 0] * cx + Rw[i, a, 1] * cy + Rw[i, a, 2] * cz
+                pe -= m * gravity[a] * pc
+    out[0] = ke
+    out[1] = pe
