@@ -54,12 +54,30 @@ class ScenarioMeta(StrictModel):
 
 
 class PlantSection(StrictModel):
-    model: str = Field(description="module name in plants/, e.g. 'bioreactor'")
+    """[plant]: the plant module and, for a plant built from a model file, its options: every
+    key besides the four below is passed to the plant's `build(options)` (`case = "case118.m"`,
+    `urdf = ...`); its FILE_OPTIONS are paths, relative to the scenario file."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
+
+    model: str = Field(description="module name in plants/ ('bioreactor'), or a dotted module path")
     substeps: int | None = Field(
         default=None, ge=1, le=10_000,
-        description="RK4 sub-steps per step; default derived from the plant's MAX_SUBSTEP")
+        description="sub-steps per step; default derived from the plant's MAX_SUBSTEP")
     parameters: dict[str, float] = Field(default_factory=dict, description="overrides, plant units")
-    initial_state: dict[str, float] = Field(default_factory=dict, description="plant units")
+    initial_state: dict[str, float] = Field(
+        default_factory=dict, description="plant units; states, or discrete states (integers)")
+
+    @property
+    def options(self) -> dict:
+        """The plant's own options (the extra keys of [plant])."""
+        return dict(self.model_extra or {})
+
+    def load(self):
+        """The plant's PlantModel (plants.base.load_plant: built once per process and options)."""
+        from plants.base import load_plant
+
+        return load_plant(self.model, self.options)
 
 
 class LoopSection(StrictModel):
@@ -216,26 +234,29 @@ def outside_bounds(value: float, q) -> str | None:
 
 def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
-    for kind, key, table in (
-        ("params", "plant.parameters", sc.plant.parameters),
-        ("states", "plant.initial_state", sc.plant.initial_state),
+    for kinds, key, table in (
+        (("params",), "plant.parameters", sc.plant.parameters),
+        (("states", "discrete"), "plant.initial_state", sc.plant.initial_state),
     ):
-        names = spec.names(kind)
         for name, value in table.items():
             path = f"{key}.{name}"
-            if name not in names:
-                problems.append((path, f"{spec.name} has no {kind[:-1]} {name!r} (known: {', '.join(names)})"))
+            kind = next((k for k in kinds if spec.has(k, name)), None)
+            if kind is None or spec.group(kind, name) is not None:
+                what = " or ".join(k[:-1] if k.endswith("s") else k for k in kinds)
+                problems.append((path, f"{spec.name} has no {what} {name!r} (known: "
+                                       f"{'; '.join(spec.describe_names(k) for k in kinds if spec.names(k))})"))
                 continue
             q = spec.quantity(kind, name)
             if not math.isfinite(value):
                 problems.append((path, f"{value} is not finite"))
             elif not (q.low <= value <= q.high):
                 problems.append((path, f"{value} {q.unit} is outside the physical bounds [{q.low}, {q.high}] {q.unit}"))
-    names = spec.names("inputs")
+            elif kind == "discrete" and value != int(value):
+                problems.append((path, f"{value} is not an integer (a discrete state)"))
     for name, inp in sc.inputs.items():
         path = f"inputs.{name}"
-        if name not in names:
-            problems.append((path, f"{spec.name} has no input {name!r} (known: {', '.join(names)})"))
+        if not spec.has("inputs", name) or spec.group("inputs", name) is not None:
+            problems.append((path, f"{spec.name} has no input {name!r} (known: {spec.describe_names('inputs')})"))
             continue
         q = spec.quantity("inputs", name)
         values = [] if inp.value is None else [("value", inp.value)]
@@ -259,9 +280,10 @@ def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
 
 def _check_substeps(sc: Scenario, module) -> list[tuple[str, str]]:
     """Explicit plant.substeps must keep each sub-step within the plant's MAX_SUBSTEP."""
-    from plants.base import SubstepTooLong, substeps_for
+    from plants.base import SubstepTooLong, as_model, substeps_for
 
-    dt = sc.loop.step_s / float(getattr(module, "TIME_UNIT_S", 1.0))
+    module = as_model(module)
+    dt = sc.loop.step_s / module.time_unit_s
     try:
         substeps_for(module, dt, sc.plant.substeps)
     except SubstepTooLong as exc:
@@ -274,11 +296,13 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
 
     base_dir: the scenario file's directory; relative paths (PATH_KEYS) resolve against it.
     None: paths are kept as given."""
-    from plants.base import load_plant_module
+    from plants.base import PlantOptionError
 
     if not isinstance(data, dict):
         raise ConfigError("", "a scenario is a table of sections", source=source)
     data = resolve_scenario_paths(data, base_dir)
+    data = resolve_plant_files(data, base_dir, source)
+    data = flatten_signal_tables(data)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -298,10 +322,12 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
         raise ConfigError("", problems=problems, source=source)
     sc = resolve_scenario_paths(sc.model_copy(update=sections), base_dir)  # defaults too
     try:
-        module = load_plant_module(sc.plant.model)
+        module = sc.plant.load()
+    except PlantOptionError as exc:
+        raise ConfigError(f"plant.{exc.option}" if exc.option else "plant", exc.reason, source=source) from None
     except ValueError as exc:
         raise ConfigError("plant.model", str(exc), source=source) from None
-    spec = module.SPEC
+    spec = module.spec
     problems = _check_core_against_spec(sc, spec) + _check_substeps(sc, module)
     for key in SUBSYSTEM_SECTIONS:
         section = getattr(sc, key)
@@ -325,7 +351,10 @@ def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
     # command-line values: relative to the cwd; then the file's: relative to the file
-    _deep_merge(data, resolve_scenario_paths(overrides or {}, Path.cwd()))
+    overrides = resolve_scenario_paths(overrides or {}, Path.cwd())
+    model = (overrides.get("plant") or {}).get("model") or (data.get("plant") or {}).get("model")
+    overrides = resolve_plant_files(overrides, Path.cwd(), str(path), model=model)
+    _deep_merge(data, overrides)
     return parse_scenario(data, source=str(path), base_dir=path.resolve().parent)
 
 
@@ -335,3 +364,103 @@ def _deep_merge(base: dict, over: dict) -> None:
             _deep_merge(base[key], value)
         else:
             base[key] = value
+
+
+def resolve_plant_files(data: dict, base_dir: str | Path | None, source: str | None = None,
+                        model: str | None = None) -> dict:
+    """`data` with the plant's FILE_OPTIONS under [plant] resolved against base_dir (the
+    plant module names which of its options are paths). Raises ConfigError for an unknown
+    plant module."""
+    from plants.base import is_built, load_plant_module
+
+    plant = data.get("plant") if isinstance(data, dict) else None
+    model = model or (plant.get("model") if isinstance(plant, dict) else None)
+    if base_dir is None or not isinstance(plant, dict) or not isinstance(model, str):
+        return data
+    try:
+        module = load_plant_module(model)
+    except ValueError as exc:
+        raise ConfigError("plant.model", str(exc), source=source) from None
+    if not is_built(module):
+        return data
+    new = dict(plant)
+    for key in getattr(module, "FILE_OPTIONS", ()):
+        if isinstance(new.get(key), str) and new[key]:
+            new[key] = resolve_against(new[key], base_dir)
+    return {**data, "plant": new}
+
+
+# Tables keyed by signal name, where nested TOML keys spell a dotted name
+# ([inputs.gen_3.p] = [inputs."gen_3.p"]): path -> the keys of one entry (None: scalar entries).
+SIGNAL_TABLES: dict[tuple[str, ...], frozenset | None] = {
+    ("plant", "parameters"): None,
+    ("plant", "initial_state"): None,
+    ("inputs",): frozenset(InputSection.model_fields),
+    ("bus", "fallback_action"): None,
+}
+
+
+def register_signal_table(path: tuple[str, ...], entry_keys) -> None:
+    """A section adds a table keyed by signal name (entry_keys: an entry's field names, or
+    None when entries are plain values)."""
+    SIGNAL_TABLES[tuple(path)] = None if entry_keys is None else frozenset(entry_keys)
+
+
+def _is_entry(value, keys: frozenset | None) -> bool:
+    if not isinstance(value, dict):
+        return True
+    # an entry has one of the entry's fields, or no table inside (a typo stays an unknown key)
+    return keys is not None and (any(k in keys for k in value) or not any(isinstance(v, dict) for v in value.values()))
+
+
+def flatten_names(table: dict, keys: frozenset | None, prefix: str = "") -> dict:
+    """{"gen_3": {"p": entry}} -> {"gen_3.p": entry}; entries met twice (a dotted key and a
+    nested one, e.g. a --set override) are merged, the later winning per key."""
+    out: dict = {}
+    for k, v in table.items():
+        name = f"{prefix}{k}"
+        if _is_entry(v, keys):
+            if isinstance(v, dict) and isinstance(out.get(name), dict):
+                merged = dict(out[name])
+                _deep_merge(merged, v)
+                out[name] = merged
+            else:
+                out[name] = v
+        else:
+            for n, e in flatten_names(v, keys, name + ".").items():
+                if isinstance(e, dict) and isinstance(out.get(n), dict):
+                    merged = dict(out[n])
+                    _deep_merge(merged, e)
+                    out[n] = merged
+                else:
+                    out[n] = e
+    return out
+
+
+def flatten_signal_tables(data: dict) -> dict:
+    """`data` with every SIGNAL_TABLES table's nested names joined by dots."""
+    import importlib
+
+    for mod, _cls in SUBSYSTEM_SECTIONS.values():  # sections register their tables on import
+        if mod.split(".")[0] == "hil":
+            try:
+                importlib.import_module(mod)
+            except ImportError:
+                pass
+    for path, keys in SIGNAL_TABLES.items():
+        node = data
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        table = node.get(path[-1]) if isinstance(node, dict) else None
+        if not isinstance(table, dict):
+            continue
+        flat = flatten_names(table, keys)
+        if flat != table:
+            data = _set_in(data, path, flat)
+    return data
+
+
+def _set_in(data: dict, path: tuple, value) -> dict:
+    if len(path) == 1:
+        return {**data, path[0]: value}
+    return {**data, path[0]: _set_in(data[path[0]], path[1:], value)}

@@ -351,12 +351,14 @@ class Plant:
         else:
             self.t = self._step(self.t, self.x, self.z, self.d, self.u, self.p, dt, self.substeps, *self.aux)
 
-    def compute_outputs(self) -> np.ndarray:
-        """Recompute and return `y` (true, noise-free outputs) from the current state."""
+    def compute_outputs(self, python: bool = False) -> np.ndarray:
+        """Recompute and return `y` (true, noise-free outputs) from the current state.
+        python=True runs the kernel's pure-Python form (no compilation: config checks)."""
+        fn = getattr(self._outputs, "py_func", self._outputs) if python else self._outputs
         if self._work is not None:
-            self._outputs(self.x, self.u, self.p, self.y)
+            fn(self.x, self.u, self.p, self.y)
         else:
-            self._outputs(self.x, self.z, self.d, self.u, self.p, self.y, *self.aux)
+            fn(self.x, self.z, self.d, self.u, self.p, self.y, *self.aux)
         return self.y
 
     def first_non_finite_state(self) -> str | None:
