@@ -23,6 +23,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hil.errors import ConfigError
+from hil.signal_tables import (  # noqa: F401  (re-exported)
+    SIGNAL_TABLES,
+    flatten_names,
+    flatten_signal_tables,
+    register_signal_table,
+    resolve_plant_files,
+)
 from hil.paths import (  # noqa: F401  (re-exported: section modules import them from here)
     PATH_KEYS,
     resolve_against,
@@ -365,102 +372,3 @@ def _deep_merge(base: dict, over: dict) -> None:
         else:
             base[key] = value
 
-
-def resolve_plant_files(data: dict, base_dir: str | Path | None, source: str | None = None,
-                        model: str | None = None) -> dict:
-    """`data` with the plant's FILE_OPTIONS under [plant] resolved against base_dir (the
-    plant module names which of its options are paths). Raises ConfigError for an unknown
-    plant module."""
-    from plants.base import is_built, load_plant_module
-
-    plant = data.get("plant") if isinstance(data, dict) else None
-    model = model or (plant.get("model") if isinstance(plant, dict) else None)
-    if base_dir is None or not isinstance(plant, dict) or not isinstance(model, str):
-        return data
-    try:
-        module = load_plant_module(model)
-    except ValueError as exc:
-        raise ConfigError("plant.model", str(exc), source=source) from None
-    if not is_built(module):
-        return data
-    new = dict(plant)
-    for key in getattr(module, "FILE_OPTIONS", ()):
-        if isinstance(new.get(key), str) and new[key]:
-            new[key] = resolve_against(new[key], base_dir)
-    return {**data, "plant": new}
-
-
-# Tables keyed by signal name, where nested TOML keys spell a dotted name
-# ([inputs.gen_3.p] = [inputs."gen_3.p"]): path -> the keys of one entry (None: scalar entries).
-SIGNAL_TABLES: dict[tuple[str, ...], frozenset | None] = {
-    ("plant", "parameters"): None,
-    ("plant", "initial_state"): None,
-    ("inputs",): frozenset(InputSection.model_fields),
-    ("bus", "fallback_action"): None,
-}
-
-
-def register_signal_table(path: tuple[str, ...], entry_keys) -> None:
-    """A section adds a table keyed by signal name (entry_keys: an entry's field names, or
-    None when entries are plain values)."""
-    SIGNAL_TABLES[tuple(path)] = None if entry_keys is None else frozenset(entry_keys)
-
-
-def _is_entry(value, keys: frozenset | None) -> bool:
-    if not isinstance(value, dict):
-        return True
-    # an entry has one of the entry's fields, or no table inside (a typo stays an unknown key)
-    return keys is not None and (any(k in keys for k in value) or not any(isinstance(v, dict) for v in value.values()))
-
-
-def flatten_names(table: dict, keys: frozenset | None, prefix: str = "") -> dict:
-    """{"gen_3": {"p": entry}} -> {"gen_3.p": entry}; entries met twice (a dotted key and a
-    nested one, e.g. a --set override) are merged, the later winning per key."""
-    out: dict = {}
-    for k, v in table.items():
-        name = f"{prefix}{k}"
-        if _is_entry(v, keys):
-            if isinstance(v, dict) and isinstance(out.get(name), dict):
-                merged = dict(out[name])
-                _deep_merge(merged, v)
-                out[name] = merged
-            else:
-                out[name] = v
-        else:
-            for n, e in flatten_names(v, keys, name + ".").items():
-                if isinstance(e, dict) and isinstance(out.get(n), dict):
-                    merged = dict(out[n])
-                    _deep_merge(merged, e)
-                    out[n] = merged
-                else:
-                    out[n] = e
-    return out
-
-
-def flatten_signal_tables(data: dict) -> dict:
-    """`data` with every SIGNAL_TABLES table's nested names joined by dots."""
-    import importlib
-
-    for mod, _cls in SUBSYSTEM_SECTIONS.values():  # sections register their tables on import
-        if mod.split(".")[0] == "hil":
-            try:
-                importlib.import_module(mod)
-            except ImportError:
-                pass
-    for path, keys in SIGNAL_TABLES.items():
-        node = data
-        for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        table = node.get(path[-1]) if isinstance(node, dict) else None
-        if not isinstance(table, dict):
-            continue
-        flat = flatten_names(table, keys)
-        if flat != table:
-            data = _set_in(data, path, flat)
-    return data
-
-
-def _set_in(data: dict, path: tuple, value) -> dict:
-    if len(path) == 1:
-        return {**data, path[0]: value}
-    return {**data, path[0]: _set_in(data[path[0]], path[1:], value)}

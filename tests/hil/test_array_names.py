@@ -92,3 +92,9 @@ def test_nested_and_dotted_spellings_merge_into_one_entry(tmp_path):
         {"gen_3.p": {"driver": "plc", "value": 0.5}}
     # a typo inside an entry stays an unknown key, it does not become a name
     assert flatten_names({"glucose": {"nosie_std": 0.1}}, frozenset({"noise_std"})) == {"glucose": {"nosie_std": 0.1}}
+
+
+def test_the_inputs_table_knows_every_field_of_an_input_entry():
+    from hil.config import SIGNAL_TABLES, InputSection
+
+    assert SIGNAL_TABLES[("inputs",)] == frozenset(InputSection.model_fields)
