@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hil.errors import ConfigError
 from hil.signal_tables import (  # noqa: F401  (re-exported)
     SIGNAL_TABLES,
+    expand_input_groups,
+    expand_name_list,
     flatten_names,
     flatten_signal_tables,
     register_signal_table,
@@ -335,6 +337,11 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
     except ValueError as exc:
         raise ConfigError("plant.model", str(exc), source=source) from None
     spec = module.spec
+    sc = sc.model_copy(update={"inputs": expand_input_groups(sc.inputs, spec)})
+    if sc.policy is not None and hasattr(sc.policy, "features"):  # group names -> elements, in order
+        sc = sc.model_copy(update={"policy": sc.policy.model_copy(update={
+            "features": expand_name_list(sc.policy.features, spec, "outputs"),
+            "inputs": expand_name_list(sc.policy.inputs, spec, "inputs")})})
     problems = _check_core_against_spec(sc, spec) + _check_substeps(sc, module)
     for key in SUBSYSTEM_SECTIONS:
         section = getattr(sc, key)

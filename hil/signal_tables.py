@@ -7,6 +7,10 @@ name "gen_3.p" for every table registered in SIGNAL_TABLES (a section registers 
 `register_signal_table`), merging an entry spelled both ways. An entry is recognised by its
 fields (or by holding no table), so a typo inside an entry stays an unknown key.
 
+Array groups: `expand_input_groups` turns `[inputs."gen.p"]` into one entry per element,
+`expand_name_list` a list of names (a policy's features) into elements, once, when the
+scenario is validated against the plant's spec.
+
 `resolve_plant_files` applies the path rule (hil/paths.py) to the options a plant module
 declares as files (FILE_OPTIONS, plants/base.py): `[plant] case = "case118.m"` is relative
 to the scenario file.
@@ -18,6 +22,36 @@ from pathlib import Path
 
 from hil.errors import ConfigError
 from hil.paths import resolve_against
+
+
+def expand_input_groups(inputs: dict, spec) -> dict:
+    """[inputs."gen.p"] (an array group) -> one entry per element (`gen_1.p`, ...); an
+    element's own entry overrides the group's fields it sets. Unknown names are kept (the
+    checks name them)."""
+    out: dict = {}
+    for name, inp in inputs.items():
+        if spec.group("inputs", name) is not None:
+            for el in spec.expand("inputs", name):
+                out[el] = inp
+    for name, inp in inputs.items():
+        if spec.group("inputs", name) is None:
+            if spec.has("inputs", name):
+                name = spec.names("inputs")[spec.index("inputs", name)]  # `gen.p[2]` -> its element
+            base = out.get(name)
+            out[name] = inp if base is None else base.model_copy(update={k: getattr(inp, k) for k in inp.model_fields_set})
+    return out
+
+
+def expand_name_list(names: list[str], spec, kind: str) -> list[str]:
+    """A list of signal names with each array group replaced by its elements, in order
+    (`u.<group>` too, for inputs among observation features)."""
+    out: list[str] = []
+    for n in names:
+        k, bare, prefix = kind, n, ""
+        if kind == "outputs" and n.startswith("u."):
+            k, bare, prefix = "inputs", n[2:], "u."
+        out += [prefix + e for e in spec.expand(k, bare)] if spec.group(k, bare) is not None else [n]
+    return out
 
 def resolve_plant_files(data: dict, base_dir: str | Path | None, source: str | None = None,
                         model: str | None = None) -> dict:

@@ -98,3 +98,20 @@ def test_the_inputs_table_knows_every_field_of_an_input_entry():
     from hil.config import SIGNAL_TABLES, InputSection
 
     assert SIGNAL_TABLES[("inputs",)] == frozenset(InputSection.model_fields)
+
+
+def test_an_input_group_declares_every_element_and_an_element_entry_wins(tmp_path):
+    extra = '\n[inputs."heater.duty"]\ndriver = "bus"\nvalue = 0.3\n[inputs."heater.duty[1]"]\nvalue = 0.6\n' \
+            '[bus]\ntransport = "tcp"\n[policy]\nentry = "tests.nowhere:policy"\nlaunch = false\nfeatures = ["node.temp", "u.heater.duty", "supply.voltage"]\n'
+    path = write_scenario(tmp_path, extra=extra)
+    text = path.read_text()
+    # the base scenario's own heater_3 / heater_7 entries come first: drop them for this case
+    text = text.replace('[inputs.heater_3.duty]\ndriver = "fixed"\nvalue = 1.0\n', "")
+    text = text.replace('[inputs.heater_7.duty]\nvalue = 1.0                   # plc-driven (the default), starts at full duty\n', "")
+    path.write_text(text)
+    sc = load_scenario(path)
+    assert {n: (i.driver, i.value) for n, i in sc.inputs.items() if n != "reset"} == {
+        "heater_3.duty": ("bus", 0.3), "heater_7.duty": ("bus", 0.6), "heater_12.duty": ("bus", 0.3),
+        "heater_20.duty": ("bus", 0.3)}
+    assert sc.policy.features == [f"node_{i}.temp" for i in (3, 7, 12, 20)] + \
+        [f"u.heater_{i}.duty" for i in (3, 7, 12, 20)] + ["supply.voltage"]
