@@ -27,6 +27,7 @@ from hil.signal_tables import (  # noqa: F401  (re-exported)
     SIGNAL_TABLES,
     expand_input_groups,
     expand_name_list,
+    expand_value_tables,
     flatten_names,
     flatten_signal_tables,
     register_signal_table,
@@ -338,6 +339,7 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
         raise ConfigError("plant.model", str(exc), source=source) from None
     spec = module.spec
     sc = sc.model_copy(update={"inputs": expand_input_groups(sc.inputs, spec)})
+    sc = expand_value_tables(sc, spec)
     if sc.policy is not None and hasattr(sc.policy, "features"):  # group names -> elements, in order
         sc = sc.model_copy(update={"policy": sc.policy.model_copy(update={
             "features": expand_name_list(sc.policy.features, spec, "outputs"),

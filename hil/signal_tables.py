@@ -42,6 +42,35 @@ def expand_input_groups(inputs: dict, spec) -> dict:
     return out
 
 
+# Tables keyed by input name whose values apply per element: a group key sets every element
+# (an element's own key wins). Expanded once the spec is known (hil.config.parse_scenario).
+INPUT_VALUE_TABLES: tuple[tuple[str, ...], ...] = (
+    ("bus", "fallback_action"),
+    ("safety", "projection", "box"), ("safety", "projection", "rate"),
+    ("safety", "fallback", "fixed"), ("safety", "fallback", "safe_output"),
+    ("safety", "rollout", "limited_max_deviation"), ("safety", "rollout", "limited_box"),
+)
+
+
+def expand_value_tables(sc, spec):
+    """`sc` (a Scenario) with group keys of INPUT_VALUE_TABLES replaced by their elements."""
+    from hil.paths import _child, _replace
+
+    for path in INPUT_VALUE_TABLES:
+        table = sc
+        for part in path:
+            table = _child(table, part)
+        if not isinstance(table, dict) or not any(spec.group("inputs", k) is not None for k in table):
+            continue
+        out: dict = {}
+        for k, v in table.items():
+            if spec.group("inputs", k) is not None:
+                out.update({e: v for e in spec.expand("inputs", k)})
+        out.update({k: v for k, v in table.items() if spec.group("inputs", k) is None})
+        sc = _replace(sc, path, out)
+    return sc
+
+
 def expand_name_list(names: list[str], spec, kind: str) -> list[str]:
     """A list of signal names with each array group replaced by its elements, in order
     (`u.<group>` too, for inputs among observation features)."""

@@ -103,6 +103,8 @@ def test_the_inputs_table_knows_every_field_of_an_input_entry():
 def test_an_input_group_declares_every_element_and_an_element_entry_wins(tmp_path):
     extra = '\n[inputs."heater.duty"]\ndriver = "bus"\nvalue = 0.3\n[inputs."heater.duty[1]"]\nvalue = 0.6\n' \
             '[bus]\ntransport = "tcp"\n[policy]\nentry = "tests.nowhere:policy"\nlaunch = false\nfeatures = ["node.temp", "u.heater.duty", "supply.voltage"]\n'
+    extra += '[safety.projection]\nbox = { "heater.duty" = [0.0, 0.9], heater_12 = { duty = [0.0, 0.5] } }\n' \
+             '[safety.fallback]\nfixed = { "heater.duty" = 0.0 }\n'
     path = write_scenario(tmp_path, extra=extra)
     text = path.read_text()
     # the base scenario's own heater_3 / heater_7 entries come first: drop them for this case
@@ -113,5 +115,8 @@ def test_an_input_group_declares_every_element_and_an_element_entry_wins(tmp_pat
     assert {n: (i.driver, i.value) for n, i in sc.inputs.items() if n != "reset"} == {
         "heater_3.duty": ("bus", 0.3), "heater_7.duty": ("bus", 0.6), "heater_12.duty": ("bus", 0.3),
         "heater_20.duty": ("bus", 0.3)}
+    assert sc.safety.projection.box == {"heater_3.duty": (0.0, 0.9), "heater_7.duty": (0.0, 0.9),
+                                        "heater_12.duty": (0.0, 0.5), "heater_20.duty": (0.0, 0.9)}
+    assert sc.safety.fallback.fixed == {f"heater_{i}.duty": 0.0 for i in (3, 7, 12, 20)}
     assert sc.policy.features == [f"node_{i}.temp" for i in (3, 7, 12, 20)] + \
         [f"u.heater_{i}.duty" for i in (3, 7, 12, 20)] + ["supply.voltage"]
