@@ -219,3 +219,30 @@ def test_the_bioreactor_loads_as_an_ode_model_unchanged():
         b.step(1 / 3600)
     assert np.array_equal(a.x, b.x)
     assert a.snapshot().z.size == 0 and a.snapshot().d.dtype == np.int64
+
+
+def test_both_plants_pass_the_conformance_checks():
+    from tests.plants.contract_checks import assert_plant_contract
+
+    def full_duty(plant):
+        plant.u[plant.spec.indices("inputs", "heater.duty")] = 1.0
+
+    assert_plant_contract(model(), 1.0, n_steps=200, setup=full_duty)
+    assert_plant_contract(load_plant("bioreactor"), 1 / 3600)
+
+
+def test_the_conformance_checks_catch_state_kept_outside_the_snapshot():
+    from dataclasses import replace
+
+    from tests.plants.contract_checks import assert_plant_contract
+
+    m = model()
+
+    def leaky_step(t, x, z, d, u, p, dt, n_sub, *aux):  # keeps its warm start in a work buffer
+        aux[-1][0] += 1.0
+        x[0] += aux[-1][0] * dt
+        return t + dt
+
+    bad = replace(m, step=leaky_step)
+    with pytest.raises(AssertionError, match="bit for bit"):
+        assert_plant_contract(bad, 1.0)
