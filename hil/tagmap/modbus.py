@@ -202,7 +202,14 @@ class ModbusSection(StrictModel):
         (key `modbus.blocks[j]`, so a problem of a block is reported once)."""
         from hil.tagmap.blocks import expand_blocks
 
-        return [(f"modbus.map[{i}]", e) for i, e in enumerate(self.map)] + expand_blocks(self, spec, problems)
+        out = []
+        for i, e in enumerate(self.map):
+            kind = signal_kind(spec, e.signal)
+            if kind is not None:  # `bus.vm[11]` -> the element's own name (drivers are keyed by it)
+                name = spec.quantity(kind + "s", e.signal).name
+                e = e if name == e.signal else e.model_copy(update={"signal": name})
+            out.append((f"modbus.map[{i}]", e))
+        return out + expand_blocks(self, spec, problems)
 
     def compile(self, spec, scenario) -> "CompiledMap":
         return compile_map(self, spec, scenario)

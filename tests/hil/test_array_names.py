@@ -120,3 +120,15 @@ def test_an_input_group_declares_every_element_and_an_element_entry_wins(tmp_pat
     assert sc.safety.fallback.fixed == {f"heater_{i}.duty": 0.0 for i in (3, 7, 12, 20)}
     assert sc.policy.features == [f"node_{i}.temp" for i in (3, 7, 12, 20)] + \
         [f"u.heater_{i}.duty" for i in (3, 7, 12, 20)] + ["supply.voltage"]
+
+
+def test_a_modbus_map_entry_by_group_position_takes_the_elements_driver(tmp_path):
+    from hil.tagmap.modbus import compile_map
+
+    extra = '\n[modbus]\nport = 5999\n[[modbus.map]]\nsignal = "heater.duty[0]"\ntable = "holding_register"\n' \
+            'address = 0\n[[modbus.map]]\nsignal = "heater.duty[1]"\ntable = "holding_register"\naddress = 2\n'
+    sc = load_scenario(write_scenario(tmp_path, extra=extra))
+    cmap = compile_map(sc.modbus, sc.plant.load().spec, sc)
+    tags = {t.signal: t for t in cmap.tags}
+    assert not tags["heater_3.duty"].writable  # driver "fixed" in the scenario
+    assert tags["heater_7.duty"].writable  # driver "plc"
