@@ -26,13 +26,27 @@ from __future__ import annotations
 
 
 def dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Problems without repeats (a block's elements share one key path), in order."""
-    seen, out = set(), []
-    for p in problems:
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
-    return out
+    """Problems without repeats, in order: a block's elements share one key path, so the
+    first problem at each block key stands for all ("and N more elements"); a block's
+    `address` is its `start`."""
+    out: list[list] = []
+    first: dict[str, list] = {}
+    seen: set = set()
+    for path, reason in problems:
+        if path.startswith("modbus.blocks["):
+            if path.endswith(".address"):
+                path = path[: -len("address")] + "start"
+            if path in first:
+                first[path][2] += 1
+                continue
+            entry = [path, reason, 0]
+            first[path] = entry
+            out.append(entry)
+        elif (path, reason) not in seen:
+            seen.add((path, reason))
+            out.append([path, reason, 0])
+    return [(p, r + (f" (and {n} more element{'s' if n > 1 else ''} of the block)" if n else ""))
+            for p, r, n in out]
 
 
 def group_kind(spec, name: str) -> str | None:
