@@ -93,6 +93,18 @@ def _modbus(port: int) -> dict:
         c.close()
 
 
+async def _wait_steps(port: int, n: int, timeout_s: float = 60.0) -> int:
+    """Until the loop has published step n (the served values are then recorded ones)."""
+    async with Client(f"opc.tcp://127.0.0.1:{port}/hil") as c:
+        idx = await c.get_namespace_index("urn:hil:heaters")
+        node = c.get_node(ua.NodeId("heaters.Status.Step", idx))
+        deadline = time.monotonic() + timeout_s
+        while (step := await node.read_value()) < n:
+            assert time.monotonic() < deadline, f"the loop stayed at step {step}"
+            await asyncio.sleep(0.05)
+        return step
+
+
 async def _opcua(port: int) -> dict:
     async with Client(f"opc.tcp://127.0.0.1:{port}/hil") as c:
         idx = await c.get_namespace_index("urn:hil:heaters")
@@ -126,6 +138,7 @@ def test_modbus_block_and_opcua_folder_over_real_sockets(tmp_path):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "servers never listened"
             time.sleep(0.2)
+        asyncio.run(_wait_steps(uap, 3))
         got = _modbus(mb)
         seen = asyncio.run(_opcua(uap))
         time.sleep(1.0)  # 20 loop steps: the writes are applied
