@@ -233,6 +233,8 @@ def load_plant(name: str, options: Mapping[str, Any] | None = None) -> PlantMode
             if opt in module.OPTIONS and reason:
                 raise PlantOptionError(opt, reason) from None
             raise PlantOptionError(None, f"plant {name!r} could not be built: {exc}") from None
+        except Exception as exc:  # a model file the reader did not expect: named, never a traceback
+            raise PlantOptionError(None, f"plant {name!r} could not be built: {type(exc).__name__}: {exc}") from exc
         if not isinstance(model, PlantModel):
             raise ValueError(f"plants/{name}: build() returned {type(model).__name__}, not a PlantModel")
         model = dataclasses.replace(model, name=model.name or name, options=options)

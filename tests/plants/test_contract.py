@@ -246,3 +246,12 @@ def test_the_conformance_checks_catch_state_kept_outside_the_snapshot():
     bad = replace(m, step=leaky_step)
     with pytest.raises(AssertionError, match="bit for bit"):
         assert_plant_contract(bad, 1.0)
+
+
+def test_a_model_file_the_reader_did_not_expect_is_a_named_error(tmp_path):
+    node = "[[node]]\nid = {}\ncapacity_J_per_K = 1.0\ng_ambient_W_per_K = 1.0\nr0_ohm = 1.0\n"
+    bad = tmp_path / "odd.toml"
+    bad.write_text("ambient_K = 293.0\n" + node.format(1) + node.format(2)
+                   + "[[link]]\na = 1\nb = 2\ng_W_per_K = 1.0\n")  # a link without its id: the reader's KeyError
+    with pytest.raises(PlantOptionError, match="could not be built: KeyError: 'id'"):
+        load_plant(NAME, {"file": str(bad)})
