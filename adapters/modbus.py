@@ -277,12 +277,11 @@ async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event |
                 *, spec=None, request_log_path=None, stats_path=None, summary_path=None,
                 on_started=None) -> ImageModbusServer:
     """Serve until `stop` is set (or the task is cancelled); returns the server (stats)."""
-    from plants.base import load_plant_module
 
     section = scenario.modbus
     if section is None:
         raise ValueError(f"scenario {scenario.name!r} has no [modbus] section")
-    spec = spec or load_plant_module(scenario.plant.model).SPEC
+    spec = spec or scenario.plant.load().spec
     cmap = compile_map(section, spec, scenario)
     server = ImageModbusServer(cmap, image, request_log_size=section.request_log_size,
                                max_clients=section.max_clients, max_connections=section.max_connections,

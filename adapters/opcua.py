@@ -153,10 +153,9 @@ def final_counters(adapter: OpcuaAdapter, limits: ConnectionLimits) -> dict:
 
 async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, spec=None) -> dict:
     """Serve until `stop` is set; returns `final_counters`."""
-    from plants.base import load_plant_module
 
     section = scenario.opcua if scenario.opcua is not None else OpcuaSection()
-    spec = spec or load_plant_module(scenario.plant.model).SPEC
+    spec = spec or scenario.plant.load().spec
     server, adapter = await start_server(section, spec, scenario, image, _period_s(scenario, image))
     limits = server.hil_limits
     log.info("OPC UA server on %s (namespace %s, %d nodes, sampling every %.1f ms, at most %d connections, "

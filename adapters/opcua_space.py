@@ -208,10 +208,16 @@ class OpcuaAdapter:
             folders[kind] = await root.add_folder(self._nid(fname), ua.QualifiedName(fname, idx))
         items: list[ua.AddNodesItem] = []
         for info in self.nodes:
-            nid = self._nid(f"{FOLDERS[info.kind]}.{info.signal}")
+            parent = folders[info.kind]
+            if info.folder:  # [[opcua.folders]]: an array group's own folder
+                if (info.kind, info.folder) not in folders:
+                    folders[(info.kind, info.folder)] = await parent.add_folder(
+                        self._nid(f"{FOLDERS[info.kind]}.{info.folder}"), ua.QualifiedName(info.folder, idx))
+                parent = folders[(info.kind, info.folder)]
+            nid = self._nid(info.path)
             self.nodes_by_id[nid] = info
             self._ids[(info.kind, info.index)] = nid
-            items += self._variable_items(info, nid, folders[info.kind].nodeid)
+            items += self._variable_items(info, nid, parent.nodeid)
         for bname, vtype, desc in (
             ("Step", ua.VariantType.UInt64, "loop step index of the published outputs"),
             ("SimTime", ua.VariantType.Double, "simulated time of the published outputs, s"),
@@ -253,7 +259,7 @@ class OpcuaAdapter:
             rng = ua.Range(Low=float(info.eu_low), High=float(info.eu_high))
             props.insert(0, ("EURange", ua.Variant(rng, ua.VariantType.ExtensionObject), ua.ObjectIds.Range))
         for pname, value, dtype in props:
-            pid = self._nid(f"{FOLDERS[info.kind]}.{info.signal}.{pname}")
+            pid = self._nid(f"{info.path}.{pname}")
             a = ua.VariableAttributes()
             a.DisplayName = ua.LocalizedText(pname)
             a.Description = ua.LocalizedText(pname)

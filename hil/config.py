@@ -23,6 +23,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hil.errors import ConfigError
+from hil.signal_tables import (  # noqa: F401  (re-exported)
+    SIGNAL_TABLES,
+    expand_input_groups,
+    expand_name_list,
+    expand_value_tables,
+    flatten_names,
+    flatten_signal_tables,
+    register_signal_table,
+    resolve_plant_files,
+)
 from hil.paths import (  # noqa: F401  (re-exported: section modules import them from here)
     PATH_KEYS,
     resolve_against,
@@ -54,12 +64,30 @@ class ScenarioMeta(StrictModel):
 
 
 class PlantSection(StrictModel):
-    model: str = Field(description="module name in plants/, e.g. 'bioreactor'")
+    """[plant]: the plant module and, for a plant built from a model file, its options: every
+    key besides the four below is passed to the plant's `build(options)` (`case = "case118.m"`,
+    `urdf = ...`); its FILE_OPTIONS are paths, relative to the scenario file."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
+
+    model: str = Field(description="module name in plants/ ('bioreactor'), or a dotted module path")
     substeps: int | None = Field(
         default=None, ge=1, le=10_000,
-        description="RK4 sub-steps per step; default derived from the plant's MAX_SUBSTEP")
+        description="sub-steps per step; default derived from the plant's MAX_SUBSTEP")
     parameters: dict[str, float] = Field(default_factory=dict, description="overrides, plant units")
-    initial_state: dict[str, float] = Field(default_factory=dict, description="plant units")
+    initial_state: dict[str, float] = Field(
+        default_factory=dict, description="plant units; states, or discrete states (integers)")
+
+    @property
+    def options(self) -> dict:
+        """The plant's own options (the extra keys of [plant])."""
+        return dict(self.model_extra or {})
+
+    def load(self):
+        """The plant's PlantModel (plants.base.load_plant: built once per process and options)."""
+        from plants.base import load_plant
+
+        return load_plant(self.model, self.options)
 
 
 class LoopSection(StrictModel):
@@ -216,26 +244,29 @@ def outside_bounds(value: float, q) -> str | None:
 
 def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
-    for kind, key, table in (
-        ("params", "plant.parameters", sc.plant.parameters),
-        ("states", "plant.initial_state", sc.plant.initial_state),
+    for kinds, key, table in (
+        (("params",), "plant.parameters", sc.plant.parameters),
+        (("states", "discrete"), "plant.initial_state", sc.plant.initial_state),
     ):
-        names = spec.names(kind)
         for name, value in table.items():
             path = f"{key}.{name}"
-            if name not in names:
-                problems.append((path, f"{spec.name} has no {kind[:-1]} {name!r} (known: {', '.join(names)})"))
+            kind = next((k for k in kinds if spec.has(k, name)), None)
+            if kind is None or spec.group(kind, name) is not None:
+                what = " or ".join(k[:-1] if k.endswith("s") else k for k in kinds)
+                problems.append((path, f"{spec.name} has no {what} {name!r} (known: "
+                                       f"{'; '.join(spec.describe_names(k) for k in kinds if spec.names(k))})"))
                 continue
             q = spec.quantity(kind, name)
             if not math.isfinite(value):
                 problems.append((path, f"{value} is not finite"))
             elif not (q.low <= value <= q.high):
                 problems.append((path, f"{value} {q.unit} is outside the physical bounds [{q.low}, {q.high}] {q.unit}"))
-    names = spec.names("inputs")
+            elif kind == "discrete" and value != int(value):
+                problems.append((path, f"{value} is not an integer (a discrete state)"))
     for name, inp in sc.inputs.items():
         path = f"inputs.{name}"
-        if name not in names:
-            problems.append((path, f"{spec.name} has no input {name!r} (known: {', '.join(names)})"))
+        if not spec.has("inputs", name) or spec.group("inputs", name) is not None:
+            problems.append((path, f"{spec.name} has no input {name!r} (known: {spec.describe_names('inputs')})"))
             continue
         q = spec.quantity("inputs", name)
         values = [] if inp.value is None else [("value", inp.value)]
@@ -259,9 +290,10 @@ def _check_core_against_spec(sc: Scenario, spec) -> list[tuple[str, str]]:
 
 def _check_substeps(sc: Scenario, module) -> list[tuple[str, str]]:
     """Explicit plant.substeps must keep each sub-step within the plant's MAX_SUBSTEP."""
-    from plants.base import SubstepTooLong, substeps_for
+    from plants.base import SubstepTooLong, as_model, substeps_for
 
-    dt = sc.loop.step_s / float(getattr(module, "TIME_UNIT_S", 1.0))
+    module = as_model(module)
+    dt = sc.loop.step_s / module.time_unit_s
     try:
         substeps_for(module, dt, sc.plant.substeps)
     except SubstepTooLong as exc:
@@ -274,11 +306,13 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
 
     base_dir: the scenario file's directory; relative paths (PATH_KEYS) resolve against it.
     None: paths are kept as given."""
-    from plants.base import load_plant_module
+    from plants.base import PlantOptionError
 
     if not isinstance(data, dict):
         raise ConfigError("", "a scenario is a table of sections", source=source)
     data = resolve_scenario_paths(data, base_dir)
+    data = resolve_plant_files(data, base_dir, source)
+    data = flatten_signal_tables(data)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -298,10 +332,18 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
         raise ConfigError("", problems=problems, source=source)
     sc = resolve_scenario_paths(sc.model_copy(update=sections), base_dir)  # defaults too
     try:
-        module = load_plant_module(sc.plant.model)
+        module = sc.plant.load()
+    except PlantOptionError as exc:
+        raise ConfigError(f"plant.{exc.option}" if exc.option else "plant", exc.reason, source=source) from None
     except ValueError as exc:
         raise ConfigError("plant.model", str(exc), source=source) from None
-    spec = module.SPEC
+    spec = module.spec
+    sc = sc.model_copy(update={"inputs": expand_input_groups(sc.inputs, spec)})
+    sc = expand_value_tables(sc, spec)
+    if sc.policy is not None and hasattr(sc.policy, "features"):  # group names -> elements, in order
+        sc = sc.model_copy(update={"policy": sc.policy.model_copy(update={
+            "features": expand_name_list(sc.policy.features, spec, "outputs"),
+            "inputs": expand_name_list(sc.policy.inputs, spec, "inputs")})})
     problems = _check_core_against_spec(sc, spec) + _check_substeps(sc, module)
     for key in SUBSYSTEM_SECTIONS:
         section = getattr(sc, key)
@@ -325,7 +367,10 @@ def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
     # command-line values: relative to the cwd; then the file's: relative to the file
-    _deep_merge(data, resolve_scenario_paths(overrides or {}, Path.cwd()))
+    overrides = resolve_scenario_paths(overrides or {}, Path.cwd())
+    model = (overrides.get("plant") or {}).get("model") or (data.get("plant") or {}).get("model")
+    overrides = resolve_plant_files(overrides, Path.cwd(), str(path), model=model)
+    _deep_merge(data, overrides)
     return parse_scenario(data, source=str(path), base_dir=path.resolve().parent)
 
 
@@ -335,3 +380,4 @@ def _deep_merge(base: dict, over: dict) -> None:
             _deep_merge(base[key], value)
         else:
             base[key] = value
+

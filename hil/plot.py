@@ -6,6 +6,10 @@ One panel per signal, sharing the time axis in hours. For an output, the true va
 (`y.`) and the measured one (`meas.`, as served to the PLC) when they differ; for an input,
 the commanded (`cmd.`) and applied (`app.`) values. Setpoints (a constant, or a recorded
 column) are drawn dashed.
+
+Array groups (`node.temp`, from `_meta.json` "groups") get one panel with a line per element
+(true outputs, or applied inputs); by default every output group is one panel and every
+output outside a group one panel of its own. Element names (`node_3.temp`) plot as any signal.
 """
 
 from __future__ import annotations
@@ -34,14 +38,27 @@ def plot_recording(path: str | Path, out_png: str | Path | None = None, signals:
     df = read_recording(path)
     meta = read_meta(path)
     units = meta.get("units", {})
+    groups = _groups(df, meta)
     if signals is None:
-        signals = [c[2:] for c in df.columns if c.startswith("y.")]
+        grouped = {n for kind, g, names in groups.values() if kind == "outputs" for n in names}
+        signals = [c[2:] for c in df.columns if c.startswith("y.") and c[2:] not in grouped]
+        signals += [g for g, (kind, _, _) in groups.items() if kind == "outputs"]
     setpoints = setpoints or {}
     extra = extra or {}
     n = len(signals) + len(extra)
     fig, axes = plt.subplots(n, 1, figsize=(10, 1.9 * n + 0.8), sharex=True, squeeze=False)
     hours = df["t_s"].to_numpy() / 3600.0
     for ax, name in zip(axes[:, 0], signals):
+        if name in groups:
+            kind, unit, names = groups[name]
+            prefix = "y." if kind == "outputs" else "app."
+            for el in names:
+                ax.plot(hours, df[prefix + el].to_numpy(), lw=0.8, label=el)
+            ax.set_ylabel(f"{name}[{len(names)}]\n[{unit}]" if unit else name, fontsize=8)
+            ax.grid(alpha=0.3)
+            if len(names) <= 10:
+                ax.legend(loc="upper right", fontsize=6, ncol=2)
+            continue
         if f"y.{name}" in df:
             true, meas = df[f"y.{name}"].to_numpy(), df[f"meas.{name}"].to_numpy()
             unit = units.get(f"y.{name}", "")
@@ -69,4 +86,17 @@ def plot_recording(path: str | Path, out_png: str | Path | None = None, signals:
     out = Path(out_png) if out_png else path / "plot.png"
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return out
+
+
+def _groups(df, meta: dict) -> dict[str, tuple[str, str, list[str]]]:
+    """{group name: (kind, unit, element names)} of the output and input groups recorded
+    (`_meta.json` "groups": "<kind>.<group>" -> [start, size, unit], in the spec's order)."""
+    cols = {"outputs": [c[2:] for c in df.columns if c.startswith("y.")],
+            "inputs": [c[4:] for c in df.columns if c.startswith("cmd.")]}
+    out = {}
+    for key, (start, size, unit) in (meta.get("groups") or {}).items():
+        kind, _, name = key.partition(".")
+        if kind in cols and start + size <= len(cols[kind]):
+            out[name] = (kind, unit, cols[kind][start:start + size])
     return out

@@ -19,7 +19,9 @@ holds, and frees the ring and the dead loop's process image before it exits.
 Columns: step, t_s (simulated s at the end of the step), wall_ns (monotonic ns at the
 start of the step), lateness_us, cmd.<input> (commanded), app.<input> (applied to the
 plant), x.<state> (true state), y.<output> (true output), meas.<output> (measured, as
-served), all float64, plant units.
+served), z.<algebraic> (algebraic unknowns), d.<discrete> (discrete state, exact integers),
+all float64, plant units. Array signals are recorded per element (`y.node_3.temp`, ...);
+`_meta.json` "groups" maps each array group (`outputs.node.temp`) to [start, size, unit].
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def columns_for(spec) -> list[str]:
         + [f"x.{n}" for n in spec.names("states")]
         + [f"y.{n}" for n in spec.names("outputs")]
         + [f"meas.{n}" for n in spec.names("outputs")]
+        + [f"z.{n}" for n in spec.names("algebraic")]
+        + [f"d.{n}" for n in spec.names("discrete")]
     )
 
 

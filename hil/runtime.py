@@ -52,7 +52,7 @@ from hil.image import ProcessImage
 from hil.loop_kernels import check_state, clip_inputs, take_into
 from hil.recorder import Recorder, RecorderDied, columns_for
 from hil.status import StatusReporter
-from plants.base import Plant, load_plant_module
+from plants.base import Plant
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
 
@@ -150,15 +150,18 @@ class Runtime:
         self.n_steps = int(round(self.duration_s / self.step_s))
 
         # ---- plant (sub-steps derived from / checked against its MAX_SUBSTEP) ----
-        module = load_plant_module(sc.plant.model)
-        self.time_unit_s = float(getattr(module, "TIME_UNIT_S", 1.0))
+        module = sc.plant.load()  # PlantModel: built once per process from its model file, if any
+        self.time_unit_s = module.time_unit_s
         self.dt_plant = self.step_s / self.time_unit_s
         self.plant = Plant(module, sc.plant.substeps, dt=self.dt_plant)
         self.spec = spec = self.plant.spec
         for name, value in sc.plant.parameters.items():
             self.plant.p[spec.index("params", name)] = value
         for name, value in sc.plant.initial_state.items():
-            self.plant.x[spec.index("states", name)] = value
+            if spec.has("states", name):
+                self.plant.x[spec.index("states", name)] = value
+            else:  # a discrete state (validated in hil/config.py)
+                self.plant.d[spec.index("discrete", name)] = int(value)
         self.plant.u[:] = spec.nominal("inputs")
         self.initial_snapshot = self.plant.snapshot()
         self._warm_up()
@@ -278,7 +281,8 @@ class Runtime:
                 "step_s": self.step_s,
                 "mode": "lockstep" if self.lockstep else "realtime",
                 "units": {f"{k}.{q.name}": q.unit for k, qs in (("x", self.spec.states), ("cmd", self.spec.inputs),
-                          ("y", self.spec.outputs)) for q in qs},
+                          ("y", self.spec.outputs), ("z", self.spec.algebraic), ("d", self.spec.discrete)) for q in qs},
+                "groups": {f"{g.kind}.{g.name}": [g.start, g.size, g.unit] for g in self.spec.groups},
                 "randomized": self.drawn,
                 "started_utc": datetime.now(timezone.utc).isoformat(),
             }
@@ -558,8 +562,11 @@ class Runtime:
         o_app, o_x = o_cmd + n_in, o_cmd + 2 * n_in
         o_y = o_x + n_st
         o_meas = o_y + n_out
+        o_z = o_meas + n_out
+        o_d = o_z + self.spec.n_algebraic
         row = self.row
-        self._views = (row[o_cmd:o_app], row[o_app:o_x], row[o_x:o_y], row[o_y:o_meas], row[o_meas:])
+        self._views = (row[o_cmd:o_app], row[o_app:o_x], row[o_x:o_y], row[o_y:o_meas], row[o_meas:o_z],
+                       row[o_z:o_d], row[o_d:])
 
     def _fill_row(self, k, t_end, wall_ns, late_ns) -> None:
         row = self.row
@@ -567,12 +574,16 @@ class Runtime:
         row[1] = t_end
         row[2] = wall_ns
         row[3] = late_ns * 1e-3
-        cmd, app, x, y, meas = self._views
+        cmd, app, x, y, meas, z, d = self._views
         np.copyto(cmd, self.u_cmd)
         np.copyto(app, self.u_app)
         np.copyto(x, self.plant.x)
         np.copyto(y, self.plant.y)
         np.copyto(meas, self.y_meas)
+        if z.size:
+            np.copyto(z, self.plant.z)
+        if d.size:
+            np.copyto(d, self.plant.d, casting="unsafe")  # int64 -> float64: exact below 2**53
 
     @property
     def clipped_inputs(self) -> int:

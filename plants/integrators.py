@@ -1,4 +1,8 @@
-"""Fixed-step integrators shared by the ODE plants.
+"""Fixed-step integrators shared by the ODE plants ("ode" form, plants/base.py).
+
+Plants of the "step" form (a model built at load time: algebraic unknowns, events,
+semi-implicit or quasi-static steps) bring their own integrator in their `step` kernel and
+use none of this; the (5, n_states) RK4 workspace exists only for "ode" plants.
 
 The derivative function is passed in as a Numba dispatcher, so any plant can be integrated
 with them. Numba cannot cache a kernel that takes (or closes over) a dispatcher: the cache

@@ -23,7 +23,7 @@ Problems = list[tuple[str, str]]
 
 
 def _unknown(spec, kind: str, name: str) -> str:
-    return f"{spec.name} has no {kind[:-1]} {name!r} (known: {', '.join(spec.names(kind))})"
+    return f"{spec.name} has no {kind[:-1]} {name!r} (known: {spec.describe_names(kind)})"
 
 
 def _range(path: str, pair, problems: Problems) -> None:
@@ -225,6 +225,14 @@ def _randomize(sec: GapsSection, spec, problems: Problems) -> None:
 
 
 def check_gaps(sec: GapsSection, spec, step_s: float | None) -> Problems:
+    from hil.gaps.groups import expand_groups, report_at_origin
+
+    sec, origin = expand_groups(sec, spec)  # array groups -> their elements
+    problems = _check_gaps(sec, spec, step_s)
+    return report_at_origin(problems, origin)
+
+
+def _check_gaps(sec: GapsSection, spec, step_s: float | None) -> Problems:
     problems: Problems = []
     for name, g in sec.sensors.items():
         path = f"gaps.sensors.{name}"
@@ -246,4 +254,7 @@ def check_gaps(sec: GapsSection, spec, step_s: float | None) -> Problems:
                          f"needs {ring_slots(sec.max_delay_s, step_s)} ring slots (buffer limit "
                          f"{MAX_RING_SLOTS}); lower it"))
     _randomize(sec, spec, problems)
+    if sec.randomize.plant_spread is not None and spec.randomize is None:
+        problems.append(("gaps.randomize.plant_spread", f"{spec.name} has no randomization hook "
+                         "(spec.randomize): randomize its parameters by name in [gaps.randomize.plant]"))
     return problems

@@ -183,6 +183,10 @@ class TableSource(StrictModel):
 
 class RandomizeSection(StrictModel):
     plant: dict[str, Dist] = Field(default_factory=dict)
+    plant_spread: float | None = Field(
+        None, ge=0, le=1, description="relative spread of the plant's own randomization hook "
+        "(spec.randomize: a physically consistent draw of all its parameters); names in `plant` "
+        "are drawn after it and override it")
     table: TableSource | None = None
     sensors: dict[str, dict[str, Dist]] = Field(default_factory=dict)
     actuators: dict[str, dict[str, Dist]] = Field(default_factory=dict)
@@ -205,3 +209,17 @@ class GapsSection(StrictModel):
 
         step_s = scenario.loop.step_s if scenario is not None else None
         return check_gaps(self, spec, step_s)
+
+
+def _register_signal_tables() -> None:
+    """[gaps.sensors.node_3.temp] spells [gaps.sensors."node_3.temp"] (hil.config.flatten_signal_tables)."""
+    from hil.config import register_signal_table
+
+    register_signal_table(("gaps", "sensors"), SensorGap.model_fields)
+    register_signal_table(("gaps", "actuators"), ActuatorGap.model_fields)
+    register_signal_table(("gaps", "randomize", "plant"), Dist.model_fields)
+    register_signal_table(("gaps", "randomize", "sensors"), SensorGap.model_fields)
+    register_signal_table(("gaps", "randomize", "actuators"), ActuatorGap.model_fields)
+
+
+_register_signal_tables()

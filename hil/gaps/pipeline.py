@@ -120,6 +120,10 @@ class GapPipeline:
 
     def __init__(self, section: GapsSection | None, spec, step_s: float, seed: int,
                  base_params: np.ndarray | None = None):
+        if section is not None:  # array groups -> their elements, once (hil/gaps/groups.py)
+            from hil.gaps.groups import expand_groups
+
+            section = expand_groups(section, spec)[0]
         self.section, self.spec, self.step_s, self.seed = section, spec, float(step_s), int(seed)
         on = section is not None and section.enabled
         sec = section if on else GapsSection()

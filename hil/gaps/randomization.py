@@ -32,7 +32,7 @@ import numpy as np
 from hil.gaps.config import Dist, GapsSection
 
 MAX_TRIES = 10_000
-STREAM_PLANT, STREAM_TABLE, STREAM_GAPS = 0, 1, 2
+STREAM_PLANT, STREAM_TABLE, STREAM_GAPS, STREAM_HOOK = 0, 1, 2, 3
 
 
 def episode_rng(seed: int, episode: int, stream: int) -> np.random.Generator:
@@ -148,6 +148,10 @@ class PlantRandomizer:
         self.spec = spec
         self.seed = int(seed)
         self.base = spec.nominal("params") if base is None else np.asarray(base, np.float64).copy()
+        if section is not None:  # array groups -> their elements
+            from hil.gaps.groups import expand_groups
+
+            section = expand_groups(section, spec)[0]
         rz = section.randomize if section is not None else None
         self.dists = [] if rz is None else [
             (spec.index("params", name), name, d) for name, d in sorted(rz.plant.items())
@@ -160,13 +164,33 @@ class PlantRandomizer:
         self.table_idx = [(spec.index("params", c), c) for c in self.table]
         self.n_rows = len(next(iter(self.table.values()))) if self.table else 0
 
+        self.spread = None if rz is None else rz.plant_spread
+        self.hook = spec.randomize if self.spread is not None else None
+
     @property
     def active(self) -> bool:
-        return bool(self.dists or self.table)
+        return bool(self.dists or self.table or self.hook)
 
     def draw_into(self, p: np.ndarray, episode: int) -> dict[str, float]:
-        """Write this episode's parameter draws into p (plant units); return them by name."""
+        """Write this episode's parameter draws into p (plant units); return them by name.
+
+        With [gaps.randomize] plant_spread, the plant's own hook `spec.randomize(p, rng,
+        spread)` draws first (from the base values, stream 3), then the table and the named
+        distributions override it. A hook that leaves a value non-finite or outside its
+        bounds is a ValueError naming it (fail closed: no unphysical plant runs)."""
         drawn: dict[str, float] = {}
+        if self.hook is not None:
+            q = np.array(self.base, dtype=np.float64)
+            self.hook(q, episode_rng(self.seed, episode, STREAM_HOOK), float(self.spread))
+            lo, hi = self.spec.lows("params"), self.spec.highs("params")
+            bad = np.flatnonzero(~(np.isfinite(q) & (q >= lo) & (q <= hi)))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"{self.spec.name}'s randomization hook drew {self.spec.params[i].name} = {q[i]}, "
+                                 f"outside [{lo[i]}, {hi[i]}] {self.spec.params[i].unit}")
+            for i in np.flatnonzero(q != self.base):
+                drawn[f"plant.{self.spec.params[i].name}"] = float(q[i])
+            p[:] = q
         if self.table:
             if self.table_rows == "sequential":
                 row = episode % self.n_rows

@@ -52,7 +52,7 @@ class _Sim:
     def __init__(self, scenario, rng, spread: float):
         from plants.base import Plant
 
-        self.plant = plant = Plant.from_name(scenario.plant.model, scenario.plant.substeps)
+        self.plant = plant = Plant(scenario.plant.load(), scenario.plant.substeps)
         self.spec = spec = plant.spec
         time_unit = float(getattr(plant.module, "TIME_UNIT_S", 1.0))
         self.dt_plant = scenario.loop.step_s / time_unit
@@ -156,10 +156,9 @@ def fit_version(scenario, out_dir: str, *, version: str | None = None, seed: int
                 setpoints: dict | None = None, known_good: bool | None = None, notes: str = "",
                 features: list[str] | None = None) -> dict:
     """Simulate, fit, validate and store one version; returns its meta."""
-    from plants.base import load_plant_module
 
     t0 = time.perf_counter()
-    spec = load_plant_module(scenario.plant.model).SPEC
+    spec = scenario.plant.load().spec
     names = action_input_names(scenario, spec)
     feats = features or default_features(scenario, spec)
     X, A, info = simulate(scenario, episodes=episodes, seconds=seconds, seed=seed, setpoints=setpoints,

@@ -49,13 +49,12 @@ class PolicyRunner:
         what hil.safety.launch hands over); None: a random secret, for use without other processes."""
         import secrets
 
-        from plants.base import load_plant_module
 
         if scenario.policy is None or scenario.bus is None:
             raise ValueError("the policy process needs [policy] and [bus] sections")
         self.scenario = scenario
         self.scenario_path = scenario_path
-        self.spec = load_plant_module(scenario.plant.model).SPEC
+        self.spec = scenario.plant.load().spec
         self.action_names = action_input_names(scenario, self.spec)
         self.n_act = len(self.action_names)
         self.key = secrets.token_bytes(32) if key is None else key

@@ -477,20 +477,33 @@ def initial_signals(spec, scenario):
     """(outputs, inputs) of the scenario's plant at its initial state (plant units): states and
     parameters from the spec's nominal values overridden by [plant], inputs by their configured
     value. The outputs come from the plant's own `outputs` kernel, run as plain Python."""
-    import numpy as np
+    from plants.base import Plant
 
-    from plants.base import load_plant_module
-
-    module = load_plant_module(scenario.plant.model)
-    x, u, p = spec.nominal("states"), spec.nominal("inputs"), spec.nominal("params")
+    plant = Plant(scenario.plant.load())
+    x, u, p = plant.x, plant.u, plant.p
     for name, v in scenario.plant.parameters.items():
         p[spec.index("params", name)] = v
     for name, v in scenario.plant.initial_state.items():
-        x[spec.index("states", name)] = v
+        if spec.has("states", name):
+            x[spec.index("states", name)] = v
+        else:
+            plant.d[spec.index("discrete", name)] = int(v)
     for name, inp in scenario.inputs.items():
         if inp.value is not None:
             u[spec.index("inputs", name)] = inp.value
-    y = np.zeros(spec.n_outputs)
-    outputs = getattr(module.outputs, "py_func", module.outputs)
-    outputs(x, u, p, y)
-    return y, u
+    y = plant.compute_outputs(python=True).copy()
+    return y, u.copy()
+
+
+def _register_signal_tables() -> None:
+    """Nested TOML keys spell dotted signal names in the wrapper's per-input tables
+    (hil.config.flatten_signal_tables): box.heater_3.duty = box."heater_3.duty"."""
+    from hil.config import register_signal_table
+
+    for path in (("projection", "box"), ("projection", "rate"), ("fallback", "fixed"),
+                 ("fallback", "safe_output"), ("rollout", "limited_max_deviation"),
+                 ("rollout", "limited_box"), ("confidence", "scale")):
+        register_signal_table(("safety",) + path, None)
+
+
+_register_signal_tables()

@@ -88,12 +88,11 @@ class SafetyProcess:
         from hil.bus_config import action_input_names
         from hil.policy.loader import policy_store
         from hil.safety.core import SafetyCore
-        from plants.base import load_plant_module
 
         if scenario.safety is None or scenario.policy is None or scenario.bus is None:
             raise ValueError("the safety process needs [bus], [policy] and [safety] sections")
         self.scenario = scenario
-        self.spec = spec = load_plant_module(scenario.plant.model).SPEC
+        self.spec = spec = scenario.plant.load().spec
         self.names = action_input_names(scenario, spec)
         store = policy_store(scenario.policy, scenario_path)
         if store is not None:

@@ -87,14 +87,13 @@ class SoftPlc:
     """A PLC emulator for one scenario's [softplc] and [modbus] sections."""
 
     def __init__(self, scenario, spec=None, *, host: str | None = None, port: int | None = None):
-        from plants.base import load_plant_module
 
         cfg = scenario.softplc
         if cfg is None:
             raise ValueError(f"scenario {scenario.name!r} has no [softplc] section")
         if scenario.modbus is None:
             raise ValueError(f"scenario {scenario.name!r} has no [modbus] section")
-        spec = spec or load_plant_module(scenario.plant.model).SPEC
+        spec = spec or scenario.plant.load().spec
         cmap = compile_map(scenario.modbus, spec, scenario)
         self.cfg = cfg
         self.period_s = cfg.scan_ms / 1000.0

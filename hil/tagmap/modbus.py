@@ -94,12 +94,10 @@ Encoding = Literal["uint16", "int16", "uint32", "int32", "float32", "float64", "
 Order = Literal["big", "little"]
 
 
-class RegisterMap(StrictModel):
-    """One signal at one place of one Modbus table."""
+class _View(StrictModel):
+    """How one signal is encoded in one Modbus table (shared by map entries and blocks)."""
 
-    signal: str = Field(description="plant output (sensor) or input (actuator) name")
     table: Table
-    address: int = Field(ge=0, le=MAX_ADDRESS, description="0-based PDU address")
     encoding: Encoding | None = Field(default=None, description="default: bool for bit tables")
     scale: float = Field(default=1.0, description="raw = (value - offset) * scale")
     offset: float = Field(default=0.0, description="plant unit")
@@ -148,6 +146,24 @@ class RegisterMap(StrictModel):
         return 1 if enc == "bool" else ENCODINGS[enc][1]
 
 
+class RegisterMap(_View):
+    """One signal at one place of one Modbus table."""
+
+    signal: str = Field(description="plant output (sensor) or input (actuator) name")
+    address: int = Field(ge=0, le=MAX_ADDRESS, description="0-based PDU address")
+
+
+class RegisterBlock(_View):
+    """An array group of the spec onto consecutive addresses (hil/tagmap/blocks.py): element k
+    (in the group's order) at `start + k * stride`, every element with this entry's encoding,
+    scale, offset, access (one `[[modbus.blocks]]` entry instead of one map entry per element)."""
+
+    group: str = Field(description="array group of plant outputs or inputs, e.g. 'bus.vm'")
+    start: int = Field(ge=0, le=MAX_ADDRESS, description="0-based PDU address of the first element")
+    stride: int | None = Field(default=None, ge=1, le=MAX_ADDRESS,
+                               description="addresses per element (default: the encoding's width)")
+
+
 class ModbusSection(StrictModel):
     """The [modbus] section: server endpoint and register map."""
 
@@ -171,12 +187,29 @@ class ModbusSection(StrictModel):
     client_stats: str | None = Field(
         default=None, description="write the per-client counters here at shutdown (JSON)")
     map: list[RegisterMap] = Field(default_factory=list)
+    blocks: list[RegisterBlock] = Field(default_factory=list)
 
     def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
         """Checks that need the plant spec; (key_path, reason) pairs, empty if valid."""
+        from hil.tagmap.blocks import dedupe
+
         problems: list[tuple[str, str]] = []
         _check_entries(self, spec, scenario, problems)
-        return problems
+        return dedupe(problems)
+
+    def entries(self, spec, problems: list | None = None) -> list[tuple[str, RegisterMap]]:
+        """(key path, entry) of every served view: the map's, then each block's elements
+        (key `modbus.blocks[j]`, so a problem of a block is reported once)."""
+        from hil.tagmap.blocks import expand_blocks
+
+        out = []
+        for i, e in enumerate(self.map):
+            kind = signal_kind(spec, e.signal)
+            if kind is not None:  # `bus.vm[11]` -> the element's own name (drivers are keyed by it)
+                name = spec.quantity(kind + "s", e.signal).name
+                e = e if name == e.signal else e.model_copy(update={"signal": name})
+            out.append((f"modbus.map[{i}]", e))
+        return out + expand_blocks(self, spec, problems)
 
     def compile(self, spec, scenario) -> "CompiledMap":
         return compile_map(self, spec, scenario)
@@ -186,11 +219,11 @@ class ModbusSection(StrictModel):
 
 
 def signal_kind(spec, name: str) -> str | None:
-    """"output" (sensor), "input" (actuator) or None; a name in both is taken as the output."""
-    if name in spec.names("outputs"):
-        return "output"
-    if name in spec.names("inputs"):
-        return "input"
+    """"output" (sensor), "input" (actuator) or None; a name in both is taken as the output.
+    Element names (`bus_12.vm`, `bus.vm[11]`) count, group names do not (blocks map groups)."""
+    for kind in ("outputs", "inputs"):
+        if spec.has(kind, name) and spec.group(kind, name) is None:
+            return kind[:-1]
     return None
 
 
@@ -214,8 +247,8 @@ def effective_writable(e: RegisterMap, kind: str, scenario) -> bool:
 
 def _check_entries(section: ModbusSection, spec, scenario, problems: list) -> None:
     used: dict[str, list[tuple[int, int, int]]] = {t: [] for t in TABLES}
-    for i, e in enumerate(section.map):
-        key = f"modbus.map[{i}]"
+    entries = section.entries(spec, problems)
+    for i, (key, e) in enumerate(entries):
         enc = e.effective_encoding
         n = e.n_words
         # address space
@@ -236,8 +269,8 @@ def _check_entries(section: ModbusSection, spec, scenario, problems: list) -> No
         kind = signal_kind(spec, e.signal)
         if kind is None:
             problems.append((f"{key}.signal", f"{spec.name} has no output or input {e.signal!r} "
-                             f"(outputs: {', '.join(spec.names('outputs'))}; "
-                             f"inputs: {', '.join(spec.names('inputs'))})"))
+                             f"(outputs: {spec.describe_names('outputs')}; "
+                             f"inputs: {spec.describe_names('inputs')}; a group goes in [[modbus.blocks]])"))
             continue
         q = spec.quantity(kind + "s", e.signal)
         if e.source is not None and kind == "output":
@@ -284,9 +317,11 @@ def _check_entries(section: ModbusSection, spec, scenario, problems: list) -> No
         spans.sort()
         for (a0, a1, i), (b0, b1, j) in zip(spans, spans[1:]):
             if b0 <= a1:
-                problems.append((f"modbus.map[{j}].address",
-                                 f"{table} {b0}..{b1} ({section.map[j].signal}) overlaps "
-                                 f"modbus.map[{i}] {a0}..{a1} ({section.map[i].signal})"))
+                (ki, ei), (kj, ej) = entries[i], entries[j]
+                field = "start" if kj.startswith("modbus.blocks") else "address"
+                problems.append((f"{kj}.{field}",
+                                 f"{table} {b0}..{b1} ({ej.signal}) overlaps "
+                                 f"{ki} {a0}..{a1} ({ei.signal})"))
 
 
 def _check_bits(e: RegisterMap, key: str, q, writable: bool, problems: list) -> None:
@@ -481,13 +516,13 @@ def compile_map(section: ModbusSection, spec, scenario) -> CompiledMap:
         raise ConfigError("", problems=problems)
     tags = []
     lookup: dict[str, dict[int, tuple[int, int]]] = {t: {} for t in TABLES}
-    for i, e in enumerate(section.map):
+    for key, e in section.entries(spec):
         kind = signal_kind(spec, e.signal)
         q = spec.quantity(kind + "s", e.signal)
         low, high = e.view_range(q)
         source = "measured" if kind == "output" else (e.source or "command")
         tag = Tag(
-            key=f"modbus.map[{i}]", signal=e.signal, kind=kind,
+            key=key, signal=q.name, kind=kind,
             index=spec.index(kind + "s", e.signal), source=source, table=e.table,
             address=e.address, encoding=e.effective_encoding, n_words=e.n_words,
             scale=e.scale, offset=e.offset, word_order=e.word_order, byte_order=e.byte_order,

@@ -215,6 +215,23 @@ class OpcuaNode(StrictModel):
         return v
 
 
+class OpcuaFolder(StrictModel):
+    """An array group served as a folder of variables, one per element (hil/tagmap/blocks.py)."""
+
+    group: str = Field(description="array group of plant outputs or inputs, e.g. 'bus.vm'")
+    name: str | None = Field(default=None, description="folder browse name (default: the group name)")
+    data_type: DataType = "Double"
+    writable: bool | None = Field(default=None, description="input groups: actuators writable (default true)")
+    enabled: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        if v is not None and (not _BROWSE_NAME.fullmatch(v) or v != v.strip()):
+            raise ValueError(f"{v!r} is not a browse name (no '/', ':', control characters or edge spaces)")
+        return v
+
+
 class OpcuaSection(StrictModel):
     enabled: bool = True
     host: str = Field(default="127.0.0.1", min_length=1)
@@ -234,6 +251,7 @@ class OpcuaSection(StrictModel):
     security: OpcuaSecurity = Field(default_factory=OpcuaSecurity)
     users: dict[str, str] = Field(default_factory=dict)
     nodes: tuple[OpcuaNode, ...] = ()
+    folders: tuple[OpcuaFolder, ...] = ()
 
     @field_validator("endpoint_path")
     @classmethod
@@ -339,6 +357,13 @@ class NodeInfo:
     unit_id: int
     unit_description: str
     description: str
+    folder: str = ""  # sub-folder of the kind's folder ([[opcua.folders]]), "" for none
+
+    @property
+    def path(self) -> str:
+        """Node id path below the scenario: `Sensors.glucose`, `Sensors.node.temp.node_3.temp`."""
+        base = {"sensor": "Sensors", "actuator": "Actuators", "applied": "Applied"}[self.kind]
+        return f"{base}.{self.folder}.{self.signal}" if self.folder else f"{base}.{self.signal}"
 
 
 def _driver(scenario, name: str) -> str:
@@ -356,7 +381,8 @@ def _unit_info(unit: str, code: str | None) -> tuple[str | None, int, str]:
     return found[0], unece_unit_id(found[0]), found[1]
 
 
-def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: float, hi: float) -> NodeInfo:
+def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: float, hi: float,
+          folder: str = "", data_type: str = "Double") -> NodeInfo:
     unit = o.unit if o is not None and o.unit is not None else q.unit
     code, uid, udesc = _unit_info(unit, o.unece_code if o is not None else None)
     return NodeInfo(
@@ -365,7 +391,7 @@ def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: flo
         index=index,
         browse_name=q.name,
         display_name=(o.display_name if o is not None and o.display_name else q.name),
-        data_type=o.data_type if o is not None else "Double",
+        data_type=o.data_type if o is not None and "data_type" in o.model_fields_set else data_type,
         writable=writable,
         eu_low=lo,
         eu_high=hi,
@@ -374,7 +400,12 @@ def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: flo
         unit_id=uid,
         unit_description=udesc,
         description=(o.description if o is not None and o.description else q.description) or q.name,
+        folder=folder,
     )
+
+
+def _in_folder(f) -> tuple[str, str]:
+    return ("", "Double") if f is None else (f.name or f.group, f.data_type)
 
 
 def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None = None) -> tuple[NodeInfo, ...]:
@@ -383,8 +414,11 @@ def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None =
     Problems (key path, reason) are appended to `problems` when given; without it the first
     problem raises hil.errors.ConfigError.
     """
+    from hil.tagmap.blocks import folder_of
+
     own: list[tuple[str, str]] = []
     outputs, inputs = spec.names("outputs"), spec.names("inputs")
+    folders = folder_of(section, spec, own)
     overrides: dict[str, tuple[int, OpcuaNode]] = {}
     for i, o in enumerate(section.nodes):
         path = f"opcua.nodes[{i}]"
@@ -417,21 +451,34 @@ def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None =
         tlo, thi, _ = DATA_TYPES[o.data_type]
         if o.data_type != "Boolean" and (lo < tlo or hi > thi):
             own.append((f"{path}.data_type", f"{o.data_type} cannot hold the range [{lo}, {hi}] {q.unit}"))
+    for name, (j, f) in folders.items():
+        q = spec.quantity("outputs" if name in outputs else "inputs", name)
+        tlo, thi, _ = DATA_TYPES[f.data_type]
+        if name not in overrides and f.data_type != "Boolean" and (q.low < tlo or q.high > thi):
+            own.append((f"opcua.folders[{j}].data_type",
+                        f"{f.data_type} cannot hold the range [{q.low}, {q.high}] {q.unit} of {name!r}"))
+        if f.writable and name in outputs:
+            own.append((f"opcua.folders[{j}].writable", f"{f.group!r} are plant outputs (sensors): read-only"))
     nodes: list[NodeInfo] = []
     for kind, names in (("sensor", outputs), ("actuator", inputs)):
         for idx, name in enumerate(names):
             _, o = overrides.get(name, (None, None))
-            if o is not None and not o.enabled:
+            _, f = folders.get(name, (None, None))
+            if (o is not None and not o.enabled) or (f is not None and not f.enabled):
                 continue
             if kind == "actuator" and _driver(scenario, name) != "plc":
                 continue
             q = spec.quantity("outputs" if kind == "sensor" else "inputs", name)
             lo, hi = (o.eu_range if o is not None and o.eu_range else (q.low, q.high))
-            writable = kind == "actuator" and (o is None or o.writable is not False)
-            nodes.append(_make(q, kind, idx, o, writable, lo, hi))
+            writable = kind == "actuator" and (o is None or o.writable is not False) and \
+                (f is None or f.writable is not False)
+            nodes.append(_make(q, kind, idx, o, writable, lo, hi, *_in_folder(f)))
     for idx, name in enumerate(inputs):
         q = spec.quantity("inputs", name)
-        nodes.append(_make(q, "applied", idx, None, False, q.low, q.high))
+        _, f = folders.get(name, (None, None))
+        if f is not None and not f.enabled:
+            continue
+        nodes.append(_make(q, "applied", idx, None, False, q.low, q.high, *_in_folder(f)))
     if problems is not None:
         problems.extend(own)
     elif own:
