@@ -1,0 +1,105 @@
+"""Per-island aggregates and bus injections for one step (Numba, no allocation).
+
+Per island root r (see ``topology.py``), in pu of baseMVA:
+``m[r]`` = sum 2 H_g Mbase_g / baseMVA (pu s), ``kgov[r]`` = sum Mbase_g / (R_g baseMVA) over
+generators with a governor (R_g > 0), ``p_sched[r]`` = sum of scheduled generator P, ``p_load[r]``
+= island load. Generator electrical output in the power flow (MW)::
+
+    P_g = clip(P_set_g * scale_g + Mbase_g / (R_g Kgov baseMVA) * (dPm + Pagc)[r] * baseMVA, Pmin, Pmax)
+
+(slack generators: whatever the power flow gives them).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from plants.grid.topology import DEAD, SLACK
+
+
+@njit(cache=True, nogil=True)
+def island_aggregates(island, role, pd_mw, load_scale, gen_bus, gen_on, p_set_mw, gen_scale, h_s, mbase_mva,
+                      droop_pu, base_mva, m, kgov, p_sched, p_load):
+    """Fill the per-root arrays m, kgov, p_sched, p_load (pu; zero at non-roots and dead islands)."""
+    n = island.shape[0]
+    for i in range(n):
+        m[i] = 0.0
+        kgov[i] = 0.0
+        p_sched[i] = 0.0
+        p_load[i] = 0.0
+    for i in range(n):
+        if role[i] != DEAD:
+            p_load[island[i]] += pd_mw[i] * load_scale[i] / base_mva
+    for g in range(gen_bus.shape[0]):
+        b = gen_bus[g]
+        if gen_on[g] == 0 or role[b] == DEAD:
+            continue
+        r = island[b]
+        m[r] += 2.0 * h_s[g] * mbase_mva[g] / base_mva
+        if droop_pu[g] > 0.0:
+            kgov[r] += mbase_mva[g] / (droop_pu[g] * base_mva)
+        p_sched[r] += p_set_mw[g] * gen_scale[g] / base_mva
+
+
+@njit(cache=True, nogil=True)
+def dispatch(island, role, gen_bus, gen_on, p_set_mw, gen_scale, mbase_mva, droop_pu, pmin_mw, pmax_mw,
+             kgov, dpm, pagc, base_mva, p_gen_mw):
+    """Generator electrical P (MW) for the power flow: schedule plus governor/AGC share, clipped."""
+    for g in range(gen_bus.shape[0]):
+        b = gen_bus[g]
+        if gen_on[g] == 0 or role[b] == DEAD:
+            p_gen_mw[g] = 0.0
+            continue
+        r = island[b]
+        p = p_set_mw[g] * gen_scale[g]
+        if droop_pu[g] > 0.0 and kgov[r] > 0.0:
+            p += mbase_mva[g] / (droop_pu[g] * base_mva * kgov[r]) * (dpm[r] + pagc[r]) * base_mva
+        if p > pmax_mw[g]:
+            p = pmax_mw[g]
+        if p < pmin_mw[g]:
+            p = pmin_mw[g]
+        p_gen_mw[g] = p
+
+
+@njit(cache=True, nogil=True)
+def bus_injections(role, pd_mw, qd_mvar, load_scale, gen_bus, gen_on, p_gen_mw, base_mva, sbus):
+    """Complex bus injection (pu): generation minus scaled load; dead buses 0."""
+    for i in range(role.shape[0]):
+        if role[i] == DEAD:
+            sbus[i] = 0j
+        else:
+            sbus[i] = -complex(pd_mw[i], qd_mvar[i]) * load_scale[i] / base_mva
+    for g in range(gen_bus.shape[0]):
+        b = gen_bus[g]
+        if gen_on[g] != 0 and role[b] != DEAD:
+            sbus[b] += p_gen_mw[g] / base_mva
+
+
+@njit(cache=True, nogil=True)
+def electrical_generation(island, role, V, I, pd_mw, load_scale, base_mva, p_elec):
+    """Per-root electrical generation (pu) from a solved flow: sum over buses of P_inj + P_load."""
+    n = island.shape[0]
+    for i in range(n):
+        p_elec[i] = 0.0
+    for i in range(n):
+        if role[i] != DEAD:
+            p_elec[island[i]] += (V[i] * I[i].conjugate()).real + pd_mw[i] * load_scale[i] / base_mva
+
+
+@njit(cache=True, nogil=True)
+def slack_generation(role, gen_bus, gen_on, V, I, pd_mw, load_scale, base_mva, p_gen_mw):
+    """Set the first in-service generator of each slack bus to the bus's solved P (MW), others' P kept."""
+    for g in range(gen_bus.shape[0]):
+        b = gen_bus[g]
+        if gen_on[g] == 0 or role[b] != SLACK:
+            continue
+        p_bus = (V[b] * I[b].conjugate()).real * base_mva + pd_mw[b] * load_scale[b]
+        others = 0.0
+        first = True
+        for h in range(gen_bus.shape[0]):
+            if gen_bus[h] == b and gen_on[h] != 0 and h != g:
+                others += p_gen_mw[h]
+                if h < g:
+                    first = False
+        if first:
+            p_gen_mw[g] = p_bus - others

@@ -1,0 +1,329 @@
+"""One quasi-static grid step over preallocated arrays: flow, cascade, frequency, temperature.
+
+:class:`GridModel` owns the static network (a :class:`~plants.grid.case.Case`), the parameters
+(:class:`GridParams`), the inputs (setpoints, commands: plain arrays the caller writes), the
+state (:attr:`GridModel.state`, a dict of arrays: everything a snapshot needs) and the outputs
+(:attr:`GridModel.out`). ``step(dt_s)`` runs, in this order:
+
+1. cooldowns count down; breaker commands apply (a close waits for the line's cooldown);
+2. islands and bus roles from the closed branches (``topology.py``), per-island governor/AGC
+   state inherited by root; Ybus values refilled from branch status and taps (fixed pattern);
+3. generator dispatch (schedule + governor/AGC share), Newton-Raphson from the last solution;
+   on failure: retry from a flat start, then island by island; an island that still fails is
+   latched as blacked out (voltage collapse), never NaN;
+4. branch flows and loading; protection (soft/hard overflow, temperature); if lines tripped,
+   back to 2 in the same step (cascade, at most ``max_cascade_rounds`` rounds);
+5. island frequency (swing + governor + AGC), under/over-frequency blackout beyond
+   ``freq_trip_hz``; conductor temperature.
+
+Units: MW, MVAr, pu (voltage, on bus base kV), rad inside / degrees out, Hz, deg C, s.
+The step allocates nothing; only ``GridModel(...)`` (ordering, symbolic LU) does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plants.grid.case import REF, Case
+from plants.grid.dynamics import branch_flows, frequency_step, protection, thermal_step
+from plants.grid.injections import (bus_injections, dispatch, electrical_generation, island_aggregates,
+                                    slack_generation)
+from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
+from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
+from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, fill_ybus
+
+STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
+              "dw", "dpm", "pagc", "island", "gen_on")
+
+
+@dataclass
+class GridParams:
+    """Scalars of the step; per-element arrays (H, droop, thermal) live on the model."""
+
+    f0_hz: float = 50.0
+    load_damping: float = 1.0         # pu load change per pu frequency change
+    governor_tg_s: float = 0.5        # governor-turbine time constant
+    agc_ki: float = 0.0               # AGC integral gain, pu power per (pu frequency * s); 0 = off
+    freq_trip_hz: float = 2.5         # |f - f0| beyond which an island blacks out
+    soft_limit: float = 1.0           # loading above which overflow steps count (Grid2Op: 100 %)
+    hard_limit: float = 2.0           # loading that trips at once (Grid2Op HARD_OVERFLOW_THRESHOLD)
+    overflow_allowed_steps: int = 2   # Grid2Op NB_TIMESTEP_OVERFLOW_ALLOWED: trips on the 3rd step
+    cooldown_steps: int = 3           # steps a tripped line stays open before it may reclose
+    temp_trip_c: float = np.inf       # conductor temperature trip
+    t_amb_c: float = 25.0
+    tol_pu: float = 1e-8              # Newton mismatch tolerance
+    max_iter: int = 10
+    max_cascade_rounds: int = 20
+    min_inertia_pu_s: float = 0.01    # floor for an island of inverter-only generation
+
+
+class GridModel:
+    """A network with state, inputs and outputs as arrays; see module docstring."""
+
+    def __init__(self, case: Case, params: GridParams | None = None):
+        self.case = case
+        self.p = params or GridParams()
+        n, ng, nl = case.n_bus, case.n_gen, case.n_branch
+        self.pattern = build_pattern(n, case.f_bus, case.t_bus)
+        self.ws = NewtonWorkspace.for_pattern(self.pattern.indptr, self.pattern.indices)
+        self.ydata = np.zeros(self.pattern.nnz, dtype=np.complex128)
+        self.y4 = np.zeros((nl, 4), dtype=np.complex128)
+        self.ysh = bus_shunts_pu(case)
+        refs = np.flatnonzero(case.bus_type == REF)
+        self.ref_bus = int(refs[0]) if len(refs) else -1
+        # Per-element parameters (structured; a randomizer writes these arrays).
+        self.h_s = np.full(ng, 5.0)              # inertia constant on Mbase
+        self.droop_pu = np.full(ng, 0.05)        # 5 % droop on Mbase; <= 0: no governor
+        self.dtemp_rated_k = np.full(nl, 50.0)   # conductor rise at 100 % loading
+        self.tau_thermal_s = np.full(nl, 600.0)
+        # Inputs.
+        self.gen_p_set_mw = case.pg_mw.copy()
+        self.gen_v_set_pu = case.vg_pu.copy()
+        self.gen_scale = np.ones(ng)             # renewable profile multiplier
+        self.load_scale = np.ones(n)             # load profile x (1 - shed)
+        self.tap = case.tap.copy()
+        self.cmd_open = np.zeros(nl, dtype=np.int8)
+        self.cmd_close = np.zeros(nl, dtype=np.int8)
+        # State.
+        self.state = {
+            "t_s": np.zeros(1), "vm": np.ones(n), "va": np.zeros(n),
+            "br_status": case.br_status.astype(np.int8).copy(), "overflow_steps": np.zeros(nl, dtype=np.int64),
+            "cooldown": np.zeros(nl, dtype=np.int64), "temp_c": np.full(nl, self.p.t_amb_c),
+            "bus_dead": np.zeros(n, dtype=np.int8), "dw": np.zeros(n), "dpm": np.zeros(n), "pagc": np.zeros(n),
+            "island": np.arange(n, dtype=np.int64), "gen_on": case.gen_status.astype(np.int8).copy(),
+        }
+        vm = self.state["vm"]
+        on = case.gen_status > 0
+        vm[:] = np.where(case.vm_pu > 0, case.vm_pu, 1.0)
+        vm[case.gen_bus[on]] = case.vg_pu[on]
+        self.state["va"][:] = np.radians(case.va_deg)
+        # Work.
+        self._parent = np.zeros(n, dtype=np.int64)
+        self._old = np.zeros((3, n))
+        self._old_island = np.zeros(n, dtype=np.int64)
+        self._best = np.zeros(n)
+        self._slack_of_root = np.full(n, -1, dtype=np.int64)
+        self._free_va = np.zeros(n, dtype=np.bool_)
+        self._free_vm = np.zeros(n, dtype=np.bool_)
+        self._one_va = np.zeros(n, dtype=np.bool_)
+        self._one_vm = np.zeros(n, dtype=np.bool_)
+        self._vm0 = np.zeros(n)
+        self._va0 = np.zeros(n)
+        self._m = np.zeros(n)
+        self._kgov = np.zeros(n)
+        self._p_sched = np.zeros(n)
+        self._p_load = np.zeros(n)
+        self._p_elec = np.zeros(n)
+        self._x3 = np.zeros(3)
+        self._tripped = np.zeros(nl, dtype=np.int8)
+        self.sbus = np.zeros(n, dtype=np.complex128)
+        # Outputs.
+        self.out = {
+            "vm_pu": np.zeros(n), "va_deg": np.zeros(n), "freq_hz": np.zeros(n), "island": np.zeros(n, dtype=np.int64),
+            "role": np.zeros(n, dtype=np.int8), "p_gen_mw": np.zeros(ng),
+            "pf_mw": np.zeros(nl), "qf_mvar": np.zeros(nl), "pt_mw": np.zeros(nl), "qt_mvar": np.zeros(nl),
+            "i_pu": np.zeros(nl), "loading": np.zeros(nl), "temp_c": np.zeros(nl), "br_status": np.zeros(nl, dtype=np.int8),
+            "n_islands": np.zeros(1, dtype=np.int64), "blackout": np.zeros(1, dtype=np.int8),
+            "served_load_mw": np.zeros(1), "unserved_load_mw": np.zeros(1), "tripped_this_step": np.zeros(1, dtype=np.int64),
+            "cascade_rounds": np.zeros(1, dtype=np.int64), "pf_iterations": np.zeros(1, dtype=np.int64),
+            "collapsed_this_step": np.zeros(1, dtype=np.int64),
+        }
+        self._topology()
+        self._old_island[:] = self.state["island"]
+        self.balance()
+
+    def balance(self) -> None:
+        """Solve the flow and set each slack generator's schedule to its output (equilibrium at f0).
+
+        Called at construction so a case whose slack Pg does not cover its losses starts at rest
+        (frequency f0, governors at zero), not with a spurious imbalance."""
+        st, c, o = self.state, self.case, self.out
+        self._solve()
+        self._flows()
+        _injections(self.ws.indptr, self.ws.indices, self.ydata, st["vm"], st["va"], self.ws.V, self.ws.I)
+        slack_generation(o["role"], c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale,
+                         c.base_mva, o["p_gen_mw"])
+        at_slack = (o["role"][c.gen_bus] == SLACK) & (st["gen_on"] > 0)
+        self.gen_p_set_mw[at_slack] = o["p_gen_mw"][at_slack]
+        self._publish()
+
+    # ---- state -------------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, np.ndarray]:
+        """A copy of every state array (a snapshot)."""
+        return {k: v.copy() for k, v in self.state.items()}
+
+    def set_state(self, snap: dict[str, np.ndarray]) -> None:
+        """Restore a snapshot from :meth:`get_state` (arrays copied in place; shapes must match)."""
+        for k in STATE_KEYS:
+            self.state[k][...] = snap[k]
+        self._topology(inherit=False)
+
+    # ---- step parts --------------------------------------------------------------------------------
+    def _topology(self, inherit: bool = True) -> None:
+        st, c = self.state, self.case
+        island = st["island"]
+        if inherit:
+            self._old_island[:] = island
+            self._old[0], self._old[1], self._old[2] = st["dw"], st["dpm"], st["pagc"]
+        islands(c.f_bus, c.t_bus, st["br_status"], self._parent, island)
+        if inherit:
+            roots = island == np.arange(c.n_bus)
+            src = self._old_island[roots]
+            st["dw"][roots] = self._old[0][src]
+            st["dpm"][roots] = self._old[1][src]
+            st["pagc"][roots] = self._old[2][src]
+        role = self.out["role"]
+        self.out["n_islands"][0] = bus_roles(island, c.bus_type, st["bus_dead"], c.gen_bus, st["gen_on"], c.pmax_mw,
+                                             self.ref_bus, role, self._slack_of_root, self._best)
+        branch_admittances(c.r_pu, c.x_pu, c.b_pu, c.g_pu, self.tap, c.shift_deg, st["br_status"], self.y4)
+        fill_ybus(self.ydata, self.pattern.pos, self.pattern.diag, self.y4, self.ysh)
+
+    def _prepare_voltages(self) -> None:
+        st, c, role = self.state, self.case, self.out["role"]
+        vm, va = st["vm"], st["va"]
+        live = role != DEAD
+        # A re-energized bus restarts from its slack's angle and 1 pu.
+        revive = live & (vm < 0.5)
+        if revive.any():
+            vm[revive] = 1.0
+            va[revive] = va[self._slack_of_root[st["island"][revive]]]
+        on = (st["gen_on"] > 0) & live[c.gen_bus]
+        vm[c.gen_bus[on]] = self.gen_v_set_pu[on]
+
+    def _solve(self) -> int:
+        """Power flow of every live island; collapsing islands are latched dead. Returns iterations."""
+        st, c, p, role = self.state, self.case, self.p, self.out["role"]
+        island_aggregates(st["island"], role, c.pd_mw, self.load_scale, c.gen_bus, st["gen_on"], self.gen_p_set_mw,
+                          self.gen_scale, self.h_s, c.mbase_mva, self.droop_pu, c.base_mva,
+                          self._m, self._kgov, self._p_sched, self._p_load)
+        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self.gen_scale, c.mbase_mva,
+                 self.droop_pu, c.pmin_mw, c.pmax_mw, self._kgov, st["dpm"], st["pagc"], c.base_mva,
+                 self.out["p_gen_mw"])
+        bus_injections(role, c.pd_mw, c.qd_mvar, self.load_scale, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
+                       c.base_mva, self.sbus)
+        self._prepare_voltages()
+        flags_from_roles(role, self._free_va, self._free_vm)
+        vm, va = st["vm"], st["va"]
+        self._vm0[:] = vm
+        self._va0[:] = va
+        status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
+        iters = int(self.ws.stats[0])
+        if status == CONVERGED:
+            return iters
+        # Flat start (setpoint magnitudes, slack angles), then island by island.
+        self._flat_start()
+        status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, 2 * p.max_iter)
+        iters += int(self.ws.stats[0])
+        if status == CONVERGED:
+            return iters
+        self._flat_start()
+        island = st["island"]
+        collapsed = 0
+        for r in np.flatnonzero(self._slack_of_root >= 0):
+            members = island == r
+            self._one_va[:] = self._free_va & members
+            self._one_vm[:] = self._free_vm & members
+            status = self.ws.solve(self.ydata, self.sbus, vm, va, self._one_va, self._one_vm, p.tol_pu, 2 * p.max_iter)
+            iters += int(self.ws.stats[0])
+            if status != CONVERGED:
+                st["bus_dead"][members] = 1
+                collapsed += 1
+                vm[members] = self._vm0[members]
+                va[members] = self._va0[members]
+        self.out["collapsed_this_step"][0] += collapsed
+        self._topology()
+        return iters + self._solve()  # bounded: each recursion latches at least one island dead
+
+    def _flat_start(self) -> None:
+        st, role = self.state, self.out["role"]
+        vm, va = st["vm"], st["va"]
+        live = role != DEAD
+        vm[live] = 1.0
+        slack_va = va[self._slack_of_root[st["island"]]]
+        va[live] = slack_va[live]
+        self._prepare_voltages()
+
+    def _flows(self) -> None:
+        st, c, o = self.state, self.case, self.out
+        vm, va = st["vm"], st["va"]
+        dead = o["role"] == DEAD
+        vm[dead] = 0.0
+        va[dead] = 0.0
+        branch_flows(c.f_bus, c.t_bus, self.y4, vm, va, c.base_mva, c.rate_a_mva,
+                     o["pf_mw"], o["qf_mvar"], o["pt_mw"], o["qt_mvar"], o["i_pu"], o["loading"])
+
+    def step(self, dt_s: float) -> None:
+        """Advance the grid by ``dt_s`` seconds (see module docstring for the order)."""
+        st, c, p, o = self.state, self.case, self.p, self.out
+        br, cd = st["br_status"], st["cooldown"]
+        np.maximum(cd - 1, 0, out=cd)
+        changed = bool((self.cmd_open & br).any() or (self.cmd_close & (1 - br) & (cd == 0)).any())
+        br[(self.cmd_open != 0)] = 0
+        br[(self.cmd_close != 0) & (cd == 0) & (self.cmd_open == 0)] = 1
+        o["collapsed_this_step"][0] = 0
+        self._topology(inherit=True) if changed else self._topology(inherit=False)
+        iters = 0
+        tripped = 0
+        rounds = 0
+        while True:
+            iters += self._solve()
+            self._flows()
+            n_trip = protection(o["loading"], st["temp_c"], br, st["overflow_steps"], cd, rounds == 0, p.soft_limit,
+                                p.hard_limit, p.overflow_allowed_steps, p.temp_trip_c, p.cooldown_steps,
+                                self._tripped)
+            rounds += 1
+            if n_trip == 0 or rounds >= p.max_cascade_rounds:
+                break
+            tripped += n_trip
+            self._topology()
+        o["pf_iterations"][0] = iters
+        o["tripped_this_step"][0] = tripped
+        o["cascade_rounds"][0] = rounds
+        self._frequency(dt_s)
+        thermal_step(o["loading"], st["temp_c"], p.t_amb_c, self.dtemp_rated_k,
+                     self.tau_thermal_s, dt_s)
+        st["t_s"][0] += dt_s
+        self._publish()
+
+    def _frequency(self, dt_s: float) -> None:
+        st, c, p, o = self.state, self.case, self.p, self.out
+        role, island = o["role"], st["island"]
+        # V and I of the final voltages (dead buses zeroed), then slack output and island generation.
+        _injections(self.ws.indptr, self.ws.indices, self.ydata, st["vm"], st["va"], self.ws.V, self.ws.I)
+        slack_generation(role, c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva,
+                         o["p_gen_mw"])
+        electrical_generation(island, role, self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva, self._p_elec)
+        blacked = False
+        for r in np.flatnonzero(self._slack_of_root >= 0):
+            m = max(self._m[r], p.min_inertia_pu_s)
+            d = p.load_damping * self._p_load[r]
+            dpl = self._p_elec[r] - self._p_sched[r]
+            frequency_step(st["dw"][r], st["dpm"][r], st["pagc"][r], dpl, m, d, self._kgov[r], p.governor_tg_s,
+                           p.agc_ki, dt_s, self._x3)
+            st["dw"][r], st["dpm"][r], st["pagc"][r] = self._x3
+            if abs(self._x3[0]) * p.f0_hz > p.freq_trip_hz:
+                st["bus_dead"][island == r] = 1
+                blacked = True
+        dead_roots = self._slack_of_root < 0
+        st["dw"][dead_roots] = st["dpm"][dead_roots] = st["pagc"][dead_roots] = 0.0
+        if blacked:
+            self._topology(inherit=False)
+            self._flows()
+
+    def _publish(self) -> None:
+        st, c, o, p = self.state, self.case, self.out, self.p
+        role = o["role"]
+        live = role != DEAD
+        o["vm_pu"][:] = np.where(live, st["vm"], 0.0)
+        o["va_deg"][:] = np.where(live, np.degrees(st["va"]), 0.0)
+        o["island"][:] = np.where(live, st["island"], -1)
+        o["freq_hz"][:] = np.where(live, p.f0_hz * (1.0 + st["dw"][st["island"]]), 0.0)
+        o["temp_c"][:] = st["temp_c"]
+        o["br_status"][:] = st["br_status"]
+        load = c.pd_mw * self.load_scale
+        o["served_load_mw"][0] = load[live].sum()
+        o["unserved_load_mw"][0] = load[~live].sum()
+        o["blackout"][0] = 1 if o["n_islands"][0] == 0 else 0
+        o["p_gen_mw"][st["gen_on"] == 0] = 0.0
