@@ -2,12 +2,19 @@
 
 Per island root r (see ``topology.py``), in pu of baseMVA:
 ``m[r]`` = sum 2 H_g Mbase_g / baseMVA (pu s), ``kgov[r]`` = sum Mbase_g / (R_g baseMVA) over
-generators with a governor (R_g > 0), ``p_sched[r]`` = sum of scheduled generator P, ``p_load[r]``
+generators with a governor (R_g > 0 and Pmax > Pmin: a synchronous condenser has none), ``p_sched[r]`` = sum of scheduled generator P, ``p_load[r]``
 = island load. Generator electrical output in the power flow (MW)::
 
     P_g = clip(P_set_g * scale_g + Mbase_g / (R_g Kgov baseMVA) * (dPm + Pagc)[r] * baseMVA, Pmin, Pmax)
+          + share_g
 
-(slack generators: whatever the power flow gives them).
+``share_g`` is the generator's part of the island's instantaneous imbalance (the power its rotor's
+kinetic energy delivers before governors act), shared in proportion to H_g Mbase_g (Mbase_g if
+the island has no inertia). It is found by outer iterations around Newton: the slack bus's
+output beyond its own dispatch is redistributed over all the island's generators (slack
+included) until it is below tolerance; each round multiplies the residual by the slack's share,
+so two or three warm Newton solves suffice. Without it the slack bus alone would pick up a lost
+500 MW unit and overload the lines around it, which no real system does.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from plants.grid.topology import DEAD, SLACK
 
 @njit(cache=True, nogil=True)
 def island_aggregates(island, role, pd_mw, load_scale, gen_bus, gen_on, p_set_mw, gen_scale, h_s, mbase_mva,
-                      droop_pu, base_mva, m, kgov, p_sched, p_load):
+                      droop_pu, pmin_mw, pmax_mw, base_mva, m, kgov, p_sched, p_load):
     """Fill the per-root arrays m, kgov, p_sched, p_load (pu; zero at non-roots and dead islands)."""
     n = island.shape[0]
     for i in range(n):
@@ -36,29 +43,72 @@ def island_aggregates(island, role, pd_mw, load_scale, gen_bus, gen_on, p_set_mw
             continue
         r = island[b]
         m[r] += 2.0 * h_s[g] * mbase_mva[g] / base_mva
-        if droop_pu[g] > 0.0:
+        if droop_pu[g] > 0.0 and pmax_mw[g] > pmin_mw[g]:
             kgov[r] += mbase_mva[g] / (droop_pu[g] * base_mva)
         p_sched[r] += p_set_mw[g] * gen_scale[g] / base_mva
 
 
 @njit(cache=True, nogil=True)
 def dispatch(island, role, gen_bus, gen_on, p_set_mw, gen_scale, mbase_mva, droop_pu, pmin_mw, pmax_mw,
-             kgov, dpm, pagc, base_mva, p_gen_mw):
+             kgov, dpm, pagc, base_mva, p_share_mw, p_gen_mw):
     """Generator electrical P (MW) for the power flow: schedule plus governor/AGC share, clipped."""
     for g in range(gen_bus.shape[0]):
         b = gen_bus[g]
         if gen_on[g] == 0 or role[b] == DEAD:
             p_gen_mw[g] = 0.0
+            p_share_mw[g] = 0.0
             continue
         r = island[b]
         p = p_set_mw[g] * gen_scale[g]
-        if droop_pu[g] > 0.0 and kgov[r] > 0.0:
+        if droop_pu[g] > 0.0 and pmax_mw[g] > pmin_mw[g] and kgov[r] > 0.0:
             p += mbase_mva[g] / (droop_pu[g] * base_mva * kgov[r]) * (dpm[r] + pagc[r]) * base_mva
         if p > pmax_mw[g]:
             p = pmax_mw[g]
         if p < pmin_mw[g]:
             p = pmin_mw[g]
-        p_gen_mw[g] = p
+        p_gen_mw[g] = p + p_share_mw[g]
+
+
+@njit(cache=True, nogil=True)
+def share_residual(island, role, slack_of_root, gen_bus, gen_on, h_s, mbase_mva, V, I, pd_mw, load_scale, base_mva,
+                   p_gen_mw, weight_sum, p_share_mw):
+    """Redistribute each island's slack residual (MW) over its generators; returns the largest |residual|.
+
+    residual = solved P of the slack bus's generation - the dispatch of its generators. ``weight_sum``
+    (float64, n_bus) is work. ``p_share_mw`` is updated in place (see module doc)."""
+    n = island.shape[0]
+    for i in range(n):
+        weight_sum[i] = 0.0
+    for g in range(gen_bus.shape[0]):
+        b = gen_bus[g]
+        if gen_on[g] != 0 and role[b] != DEAD:
+            weight_sum[island[b]] += h_s[g] * mbase_mva[g]
+    worst = 0.0
+    for r in range(n):
+        b = slack_of_root[r]
+        if b < 0:
+            continue
+        target = 0.0
+        for g in range(gen_bus.shape[0]):
+            if gen_bus[g] == b and gen_on[g] != 0:
+                target += p_gen_mw[g]
+        actual = (V[b] * I[b].conjugate()).real * base_mva + pd_mw[b] * load_scale[b]
+        resid = actual - target
+        if abs(resid) > worst:
+            worst = abs(resid)
+        use_h = weight_sum[r] > 0.0
+        total = weight_sum[r]
+        if not use_h:
+            for g in range(gen_bus.shape[0]):
+                if gen_on[g] != 0 and role[gen_bus[g]] != DEAD and island[gen_bus[g]] == r:
+                    total += mbase_mva[g]
+        if total <= 0.0:
+            continue
+        for g in range(gen_bus.shape[0]):
+            if gen_on[g] != 0 and role[gen_bus[g]] != DEAD and island[gen_bus[g]] == r:
+                w = h_s[g] * mbase_mva[g] if use_h else mbase_mva[g]
+                p_share_mw[g] += resid * w / total
+    return worst
 
 
 @njit(cache=True, nogil=True)

@@ -29,13 +29,13 @@ import numpy as np
 from plants.grid.case import REF, Case
 from plants.grid.dynamics import branch_flows, frequency_step, protection, thermal_step
 from plants.grid.injections import (bus_injections, dispatch, electrical_generation, island_aggregates,
-                                    slack_generation)
+                                    share_residual, slack_generation)
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
 from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
 from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, fill_ybus
 
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
-              "dw", "dpm", "pagc", "island", "gen_on")
+              "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")
 
 
 @dataclass
@@ -56,6 +56,8 @@ class GridParams:
     tol_pu: float = 1e-8              # Newton mismatch tolerance
     max_iter: int = 10
     max_cascade_rounds: int = 20
+    share_tol_mw: float = 1e-3        # inertial sharing: slack residual left on the slack bus
+    max_share_rounds: int = 8
     min_inertia_pu_s: float = 0.01    # floor for an island of inverter-only generation
 
 
@@ -93,6 +95,7 @@ class GridModel:
             "cooldown": np.zeros(nl, dtype=np.int64), "temp_c": np.full(nl, self.p.t_amb_c),
             "bus_dead": np.zeros(n, dtype=np.int8), "dw": np.zeros(n), "dpm": np.zeros(n), "pagc": np.zeros(n),
             "island": np.arange(n, dtype=np.int64), "gen_on": case.gen_status.astype(np.int8).copy(),
+            "p_share_mw": np.zeros(ng),
         }
         vm = self.state["vm"]
         on = case.gen_status > 0
@@ -117,6 +120,7 @@ class GridModel:
         self._p_load = np.zeros(n)
         self._p_elec = np.zeros(n)
         self._x3 = np.zeros(3)
+        self._weight_sum = np.zeros(n)
         self._tripped = np.zeros(nl, dtype=np.int8)
         self.sbus = np.zeros(n, dtype=np.complex128)
         # Outputs.
@@ -140,7 +144,12 @@ class GridModel:
         Called at construction so a case whose slack Pg does not cover its losses starts at rest
         (frequency f0, governors at zero), not with a spurious imbalance."""
         st, c, o = self.state, self.case, self.out
-        self._solve()
+        rounds, self.p.max_share_rounds = self.p.max_share_rounds, 0
+        st["p_share_mw"][:] = 0.0
+        try:
+            self._solve()
+        finally:
+            self.p.max_share_rounds = rounds
         self._flows()
         _injections(self.ws.indptr, self.ws.indices, self.ydata, st["vm"], st["va"], self.ws.V, self.ws.I)
         slack_generation(o["role"], c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale,
@@ -159,6 +168,23 @@ class GridModel:
         for k in STATE_KEYS:
             self.state[k][...] = snap[k]
         self._topology(inherit=False)
+
+    def black_start(self) -> None:
+        """Clear every blackout latch and re-solve from a flat start (an operator's restoration)."""
+        self.state["bus_dead"][:] = 0
+        self._topology(inherit=True)
+        self._flat_start()
+
+    def sensitivities(self):
+        """(PTDF n_branch x n_bus, LODF n_branch x n_branch, islanding bool n_branch) of the current topology.
+
+        Each island's slack is the power flow's; recompute after a trip (``out['tripped_this_step']``)."""
+        from plants.grid.sensitivity import lodf, ptdf
+        live = self.out["role"] != DEAD
+        slack_of_bus = self._slack_of_root[self.state["island"]]
+        H = ptdf(self.case, self.state["br_status"], slack_of_bus, live)
+        L, islanding = lodf(self.case, self.state["br_status"], H)
+        return H, L, islanding
 
     # ---- step parts --------------------------------------------------------------------------------
     def _topology(self, inherit: bool = True) -> None:
@@ -196,13 +222,9 @@ class GridModel:
         """Power flow of every live island; collapsing islands are latched dead. Returns iterations."""
         st, c, p, role = self.state, self.case, self.p, self.out["role"]
         island_aggregates(st["island"], role, c.pd_mw, self.load_scale, c.gen_bus, st["gen_on"], self.gen_p_set_mw,
-                          self.gen_scale, self.h_s, c.mbase_mva, self.droop_pu, c.base_mva,
-                          self._m, self._kgov, self._p_sched, self._p_load)
-        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self.gen_scale, c.mbase_mva,
-                 self.droop_pu, c.pmin_mw, c.pmax_mw, self._kgov, st["dpm"], st["pagc"], c.base_mva,
-                 self.out["p_gen_mw"])
-        bus_injections(role, c.pd_mw, c.qd_mvar, self.load_scale, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
-                       c.base_mva, self.sbus)
+                          self.gen_scale, self.h_s, c.mbase_mva, self.droop_pu, c.pmin_mw, c.pmax_mw,
+                          c.base_mva, self._m, self._kgov, self._p_sched, self._p_load)
+        self._injections()
         self._prepare_voltages()
         flags_from_roles(role, self._free_va, self._free_vm)
         vm, va = st["vm"], st["va"]
@@ -210,6 +232,17 @@ class GridModel:
         self._va0[:] = va
         status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
         iters = int(self.ws.stats[0])
+        rounds = 0
+        while status == CONVERGED and rounds < p.max_share_rounds:
+            worst = share_residual(st["island"], role, self._slack_of_root, c.gen_bus, st["gen_on"], self.h_s,
+                                   c.mbase_mva, self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva,
+                                   self.out["p_gen_mw"], self._weight_sum, st["p_share_mw"])
+            if worst < p.share_tol_mw:
+                break
+            self._injections()
+            status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
+            iters += int(self.ws.stats[0])
+            rounds += 1
         if status == CONVERGED:
             return iters
         # Flat start (setpoint magnitudes, slack angles), then island by island.
@@ -235,6 +268,14 @@ class GridModel:
         self.out["collapsed_this_step"][0] += collapsed
         self._topology()
         return iters + self._solve()  # bounded: each recursion latches at least one island dead
+
+    def _injections(self) -> None:
+        st, c, role = self.state, self.case, self.out["role"]
+        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self.gen_scale, c.mbase_mva,
+                 self.droop_pu, c.pmin_mw, c.pmax_mw, self._kgov, st["dpm"], st["pagc"], c.base_mva,
+                 st["p_share_mw"], self.out["p_gen_mw"])
+        bus_injections(role, c.pd_mw, c.qd_mvar, self.load_scale, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
+                       c.base_mva, self.sbus)
 
     def _flat_start(self) -> None:
         st, role = self.state, self.out["role"]
