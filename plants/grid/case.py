@@ -190,7 +190,8 @@ def case_from_ppc(base_mva, bus, gen, branch, name: str = "", where: str = "ppc"
     bad = np.flatnonzero((r == 0) & (x == 0))
     if len(bad):
         raise CaseFormatError(f"{where}: mpc.branch row {bad[0] + 1}: zero impedance (r = x = 0)")
-    if branch.shape[1] > 25 and np.any(branch[:, 21:23] != 0) or branch.shape[1] > 25 and np.any(branch[:, 24:26] != 0):
+    asym_cols = [c for c in (21, 22, 24, 25) if c < branch.shape[1]]  # pandapower BR_R/X/G/B_ASYM
+    if branch.shape[1] > 23 and np.any(branch[:, asym_cols] != 0):
         raise CaseFormatError(f"{where}: mpc.branch: asymmetric branch data (pandapower BR_*_ASYM) is not supported")
     tap = branch[:, 8].copy()
     tap[tap == 0] = 1.0

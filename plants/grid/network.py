@@ -27,10 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from plants.grid.case import REF, Case
-from plants.grid.dynamics import branch_flows, frequency_step, protection, thermal_step
+from plants.grid.dynamics import branch_flows, protection, thermal_step
 from plants.grid.injections import (bus_injections, dispatch, electrical_generation, island_aggregates,
                                     share_residual, slack_generation)
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
+from plants.grid.step_kernels import (apply_commands, inherit_island_state, island_frequency, prepare_voltages,
+                                      publish, zero_dead)
 from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
 from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, fill_ybus
 
@@ -121,6 +123,7 @@ class GridModel:
         self._p_elec = np.zeros(n)
         self._x3 = np.zeros(3)
         self._weight_sum = np.zeros(n)
+        self._served = np.zeros(2)
         self._tripped = np.zeros(nl, dtype=np.int8)
         self.sbus = np.zeros(n, dtype=np.complex128)
         # Outputs.
@@ -173,7 +176,7 @@ class GridModel:
         """Clear every blackout latch and re-solve from a flat start (an operator's restoration)."""
         self.state["bus_dead"][:] = 0
         self._topology(inherit=True)
-        self._flat_start()
+        self._prepare_voltages(flat=True)
 
     def sensitivities(self):
         """(PTDF n_branch x n_bus, LODF n_branch x n_branch, islanding bool n_branch) of the current topology.
@@ -188,6 +191,7 @@ class GridModel:
 
     # ---- step parts --------------------------------------------------------------------------------
     def _topology(self, inherit: bool = True) -> None:
+        """Islands, roles and Ybus values from the breaker state; ``inherit``: carry island states."""
         st, c = self.state, self.case
         island = st["island"]
         if inherit:
@@ -195,28 +199,17 @@ class GridModel:
             self._old[0], self._old[1], self._old[2] = st["dw"], st["dpm"], st["pagc"]
         islands(c.f_bus, c.t_bus, st["br_status"], self._parent, island)
         if inherit:
-            roots = island == np.arange(c.n_bus)
-            src = self._old_island[roots]
-            st["dw"][roots] = self._old[0][src]
-            st["dpm"][roots] = self._old[1][src]
-            st["pagc"][roots] = self._old[2][src]
-        role = self.out["role"]
+            inherit_island_state(island, self._old_island, self._old[0], self._old[1], self._old[2],
+                                 st["dw"], st["dpm"], st["pagc"])
         self.out["n_islands"][0] = bus_roles(island, c.bus_type, st["bus_dead"], c.gen_bus, st["gen_on"], c.pmax_mw,
-                                             self.ref_bus, role, self._slack_of_root, self._best)
+                                             self.ref_bus, self.out["role"], self._slack_of_root, self._best)
         branch_admittances(c.r_pu, c.x_pu, c.b_pu, c.g_pu, self.tap, c.shift_deg, st["br_status"], self.y4)
         fill_ybus(self.ydata, self.pattern.pos, self.pattern.diag, self.y4, self.ysh)
 
-    def _prepare_voltages(self) -> None:
-        st, c, role = self.state, self.case, self.out["role"]
-        vm, va = st["vm"], st["va"]
-        live = role != DEAD
-        # A re-energized bus restarts from its slack's angle and 1 pu.
-        revive = live & (vm < 0.5)
-        if revive.any():
-            vm[revive] = 1.0
-            va[revive] = va[self._slack_of_root[st["island"][revive]]]
-        on = (st["gen_on"] > 0) & live[c.gen_bus]
-        vm[c.gen_bus[on]] = self.gen_v_set_pu[on]
+    def _prepare_voltages(self, flat: bool = False) -> None:
+        st = self.state
+        prepare_voltages(self.out["role"], st["island"], self._slack_of_root, self.case.gen_bus, st["gen_on"],
+                         self.gen_v_set_pu, st["vm"], st["va"], flat)
 
     def _solve(self) -> int:
         """Power flow of every live island; collapsing islands are latched dead. Returns iterations."""
@@ -245,13 +238,21 @@ class GridModel:
             rounds += 1
         if status == CONVERGED:
             return iters
-        # Flat start (setpoint magnitudes, slack angles), then island by island.
-        self._flat_start()
+        return iters + self._recover()
+
+    def _recover(self) -> int:
+        """Newton failed: flat start; then island by island, latching the failing ones dead.
+
+        The failure path (rare) may allocate; it ends in a consistent state, bounded: each pass
+        either converges or latches at least one island dead."""
+        st, p = self.state, self.p
+        vm, va = st["vm"], st["va"]
+        self._prepare_voltages(flat=True)
         status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, 2 * p.max_iter)
-        iters += int(self.ws.stats[0])
+        iters = int(self.ws.stats[0])
         if status == CONVERGED:
             return iters
-        self._flat_start()
+        self._prepare_voltages(flat=True)
         island = st["island"]
         collapsed = 0
         for r in np.flatnonzero(self._slack_of_root >= 0):
@@ -267,7 +268,7 @@ class GridModel:
                 va[members] = self._va0[members]
         self.out["collapsed_this_step"][0] += collapsed
         self._topology()
-        return iters + self._solve()  # bounded: each recursion latches at least one island dead
+        return iters + self._solve()
 
     def _injections(self) -> None:
         st, c, role = self.state, self.case, self.out["role"]
@@ -277,34 +278,19 @@ class GridModel:
         bus_injections(role, c.pd_mw, c.qd_mvar, self.load_scale, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
                        c.base_mva, self.sbus)
 
-    def _flat_start(self) -> None:
-        st, role = self.state, self.out["role"]
-        vm, va = st["vm"], st["va"]
-        live = role != DEAD
-        vm[live] = 1.0
-        slack_va = va[self._slack_of_root[st["island"]]]
-        va[live] = slack_va[live]
-        self._prepare_voltages()
-
     def _flows(self) -> None:
         st, c, o = self.state, self.case, self.out
-        vm, va = st["vm"], st["va"]
-        dead = o["role"] == DEAD
-        vm[dead] = 0.0
-        va[dead] = 0.0
-        branch_flows(c.f_bus, c.t_bus, self.y4, vm, va, c.base_mva, c.rate_a_mva,
+        zero_dead(o["role"], st["vm"], st["va"])
+        branch_flows(c.f_bus, c.t_bus, self.y4, st["vm"], st["va"], c.base_mva, c.rate_a_mva,
                      o["pf_mw"], o["qf_mvar"], o["pt_mw"], o["qt_mvar"], o["i_pu"], o["loading"])
 
     def step(self, dt_s: float) -> None:
         """Advance the grid by ``dt_s`` seconds (see module docstring for the order)."""
-        st, c, p, o = self.state, self.case, self.p, self.out
+        st, p, o = self.state, self.p, self.out
         br, cd = st["br_status"], st["cooldown"]
-        np.maximum(cd - 1, 0, out=cd)
-        changed = bool((self.cmd_open & br).any() or (self.cmd_close & (1 - br) & (cd == 0)).any())
-        br[(self.cmd_open != 0)] = 0
-        br[(self.cmd_close != 0) & (cd == 0) & (self.cmd_open == 0)] = 1
+        changed = apply_commands(self.cmd_open, self.cmd_close, br, cd)
         o["collapsed_this_step"][0] = 0
-        self._topology(inherit=True) if changed else self._topology(inherit=False)
+        self._topology(inherit=changed)
         iters = 0
         tripped = 0
         rounds = 0
@@ -323,8 +309,7 @@ class GridModel:
         o["tripped_this_step"][0] = tripped
         o["cascade_rounds"][0] = rounds
         self._frequency(dt_s)
-        thermal_step(o["loading"], st["temp_c"], p.t_amb_c, self.dtemp_rated_k,
-                     self.tau_thermal_s, dt_s)
+        thermal_step(o["loading"], st["temp_c"], p.t_amb_c, self.dtemp_rated_k, self.tau_thermal_s, dt_s)
         st["t_s"][0] += dt_s
         self._publish()
 
@@ -336,35 +321,20 @@ class GridModel:
         slack_generation(role, c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva,
                          o["p_gen_mw"])
         electrical_generation(island, role, self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva, self._p_elec)
-        blacked = False
-        for r in np.flatnonzero(self._slack_of_root >= 0):
-            m = max(self._m[r], p.min_inertia_pu_s)
-            d = p.load_damping * self._p_load[r]
-            dpl = self._p_elec[r] - self._p_sched[r]
-            frequency_step(st["dw"][r], st["dpm"][r], st["pagc"][r], dpl, m, d, self._kgov[r], p.governor_tg_s,
-                           p.agc_ki, dt_s, self._x3)
-            st["dw"][r], st["dpm"][r], st["pagc"][r] = self._x3
-            if abs(self._x3[0]) * p.f0_hz > p.freq_trip_hz:
-                st["bus_dead"][island == r] = 1
-                blacked = True
-        dead_roots = self._slack_of_root < 0
-        st["dw"][dead_roots] = st["dpm"][dead_roots] = st["pagc"][dead_roots] = 0.0
+        blacked = island_frequency(island, self._slack_of_root, self._m, self._kgov, self._p_load, self._p_elec,
+                                   self._p_sched, st["dw"], st["dpm"], st["pagc"], p.load_damping,
+                                   p.min_inertia_pu_s, p.governor_tg_s, p.agc_ki, p.f0_hz, p.freq_trip_hz, dt_s,
+                                   st["bus_dead"], self._x3)
         if blacked:
             self._topology(inherit=False)
             self._flows()
 
     def _publish(self) -> None:
-        st, c, o, p = self.state, self.case, self.out, self.p
-        role = o["role"]
-        live = role != DEAD
-        o["vm_pu"][:] = np.where(live, st["vm"], 0.0)
-        o["va_deg"][:] = np.where(live, np.degrees(st["va"]), 0.0)
-        o["island"][:] = np.where(live, st["island"], -1)
-        o["freq_hz"][:] = np.where(live, p.f0_hz * (1.0 + st["dw"][st["island"]]), 0.0)
+        st, c, o = self.state, self.case, self.out
+        publish(o["role"], st["island"], st["vm"], st["va"], st["dw"], self.p.f0_hz, c.pd_mw, self.load_scale,
+                st["gen_on"], o["vm_pu"], o["va_deg"], o["island"], o["freq_hz"], o["p_gen_mw"], self._served)
+        o["served_load_mw"][0] = self._served[0]
+        o["unserved_load_mw"][0] = self._served[1]
         o["temp_c"][:] = st["temp_c"]
         o["br_status"][:] = st["br_status"]
-        load = c.pd_mw * self.load_scale
-        o["served_load_mw"][0] = load[live].sum()
-        o["unserved_load_mw"][0] = load[~live].sum()
         o["blackout"][0] = 1 if o["n_islands"][0] == 0 else 0
-        o["p_gen_mw"][st["gen_on"] == 0] = 0.0
