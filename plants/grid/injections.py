@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from plants.grid.topology import DEAD, SLACK
+from plants.grid.topology import DEAD, ROLE_PQ, ROLE_PV, SLACK
 
 
 @njit(cache=True, nogil=True)
@@ -153,3 +153,70 @@ def slack_generation(role, gen_bus, gen_on, V, I, pd_mw, load_scale, base_mva, p
                     first = False
         if first:
             p_gen_mw[g] = p_bus - others
+
+
+@njit(cache=True, nogil=True)
+def split_bus_q(role, gen_bus, gen_on, qmax_mvar, qmin_mvar, bus_q_mvar, q_gen_mvar):
+    """Split each generator bus's reactive generation (MVAr) among its in-service units in proportion
+    to their Q ranges (equally when all ranges are zero), as MATPOWER's pfsoln does."""
+    for g in range(gen_bus.shape[0]):
+        b = gen_bus[g]
+        if gen_on[g] == 0 or role[b] == DEAD:
+            q_gen_mvar[g] = 0.0
+            continue
+        total_range = 0.0
+        count = 0
+        for h in range(gen_bus.shape[0]):
+            if gen_bus[h] == b and gen_on[h] != 0:
+                total_range += abs(qmax_mvar[h] - qmin_mvar[h])
+                count += 1
+        if total_range > 0.0:
+            q_gen_mvar[g] = bus_q_mvar[b] * abs(qmax_mvar[g] - qmin_mvar[g]) / total_range
+        else:
+            q_gen_mvar[g] = bus_q_mvar[b] / count
+
+
+@njit(cache=True, nogil=True)
+def bus_generation_q(role, V, I, qd_mvar, load_scale, base_mva, bus_q_mvar):
+    """Reactive generation at each bus (MVAr): solved Q injection plus the bus's scaled reactive load."""
+    for i in range(role.shape[0]):
+        if role[i] == DEAD:
+            bus_q_mvar[i] = 0.0
+        else:
+            bus_q_mvar[i] = (V[i] * I[i].conjugate()).imag * base_mva + qd_mvar[i] * load_scale[i]
+
+
+@njit(cache=True, nogil=True)
+def q_limit_switch(role, gen_bus, gen_on, qmax_mvar, qmin_mvar, bus_q_mvar, q_limited, q_fixed_mvar):
+    """PV buses whose reactive generation exceeds the sum of their units' limits become PQ with Q held
+    at that limit (MATPOWER's enforce_q_lims, all violators at once, no switching back within a step).
+    ``q_limited`` (int8, n_bus) and ``q_fixed_mvar`` record it. Returns the number switched now."""
+    switched = 0
+    for b in range(role.shape[0]):
+        if role[b] != ROLE_PV or q_limited[b] != 0:
+            continue
+        qmax = 0.0
+        qmin = 0.0
+        for g in range(gen_bus.shape[0]):
+            if gen_bus[g] == b and gen_on[g] != 0:
+                qmax += qmax_mvar[g]
+                qmin += qmin_mvar[g]
+        if bus_q_mvar[b] > qmax + 1e-6:
+            q_limited[b] = 1
+            q_fixed_mvar[b] = qmax
+            switched += 1
+        elif bus_q_mvar[b] < qmin - 1e-6:
+            q_limited[b] = -1
+            q_fixed_mvar[b] = qmin
+            switched += 1
+    return switched
+
+
+@njit(cache=True, nogil=True)
+def apply_q_limits(q_limited, q_fixed_mvar, base_mva, role, sbus):
+    """Q-limited buses: role PQ and their reactive generation (at the limit) added to the injection."""
+    for b in range(role.shape[0]):
+        if q_limited[b] != 0 and role[b] == ROLE_PV:
+            role[b] = ROLE_PQ
+        if q_limited[b] != 0 and role[b] == ROLE_PQ:
+            sbus[b] += 1j * q_fixed_mvar[b] / base_mva

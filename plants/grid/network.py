@@ -28,8 +28,9 @@ import numpy as np
 
 from plants.grid.case import REF, Case
 from plants.grid.dynamics import branch_flows, protection, thermal_step
-from plants.grid.injections import (bus_injections, dispatch, electrical_generation, island_aggregates,
-                                    share_residual, slack_generation)
+from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_injections, dispatch,
+                                    electrical_generation, island_aggregates, q_limit_switch, share_residual,
+                                    slack_generation, split_bus_q)
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
 from plants.grid.step_kernels import (apply_commands, inherit_island_state, island_frequency, prepare_voltages,
                                       publish, zero_dead)
@@ -60,6 +61,24 @@ class GridParams:
     max_cascade_rounds: int = 20
     share_tol_mw: float = 1e-3        # inertial sharing: slack residual left on the slack bus
     max_share_rounds: int = 8
+    enforce_q_limits: bool = False    # PV -> PQ at a unit's Qmax/Qmin (MATPOWER ENFORCE_Q_LIMS)
+    max_q_rounds: int = 10
+
+    def __post_init__(self):
+        positive = ("f0_hz", "governor_tg_s", "freq_trip_hz", "soft_limit", "tol_pu", "min_inertia_pu_s",
+                    "share_tol_mw")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be > 0")
+        for name in ("load_damping", "agc_ki", "overflow_allowed_steps", "cooldown_steps", "max_share_rounds",
+                     "max_q_rounds"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 0")
+        for name in ("max_iter", "max_cascade_rounds"):
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 1")
+        if not self.hard_limit >= self.soft_limit:
+            raise ValueError(f"grid.hard_limit: {self.hard_limit!r} must be >= soft_limit ({self.soft_limit!r})")
     min_inertia_pu_s: float = 0.01    # floor for an island of inverter-only generation
 
 
@@ -124,12 +143,16 @@ class GridModel:
         self._x3 = np.zeros(3)
         self._weight_sum = np.zeros(n)
         self._served = np.zeros(2)
+        self._bus_q = np.zeros(n)
+        self._q_limited = np.zeros(n, dtype=np.int8)
+        self._q_fixed_mvar = np.zeros(n)
         self._tripped = np.zeros(nl, dtype=np.int8)
         self.sbus = np.zeros(n, dtype=np.complex128)
         # Outputs.
         self.out = {
             "vm_pu": np.zeros(n), "va_deg": np.zeros(n), "freq_hz": np.zeros(n), "island": np.zeros(n, dtype=np.int64),
-            "role": np.zeros(n, dtype=np.int8), "p_gen_mw": np.zeros(ng),
+            "role": np.zeros(n, dtype=np.int8), "p_gen_mw": np.zeros(ng), "q_gen_mvar": np.zeros(ng),
+            "q_limited": np.zeros(n, dtype=np.int8),
             "pf_mw": np.zeros(nl), "qf_mvar": np.zeros(nl), "pt_mw": np.zeros(nl), "qt_mvar": np.zeros(nl),
             "i_pu": np.zeros(nl), "loading": np.zeros(nl), "temp_c": np.zeros(nl), "br_status": np.zeros(nl, dtype=np.int8),
             "n_islands": np.zeros(1, dtype=np.int64), "blackout": np.zeros(1, dtype=np.int8),
@@ -225,6 +248,25 @@ class GridModel:
         self._va0[:] = va
         status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
         iters = int(self.ws.stats[0])
+        status, iters = self._share(status, iters)
+        q_rounds = 0
+        while p.enforce_q_limits and status == CONVERGED and q_rounds < p.max_q_rounds:
+            bus_generation_q(role, self.ws.V, self.ws.I, c.qd_mvar, self.load_scale, c.base_mva, self._bus_q)
+            if q_limit_switch(role, c.gen_bus, st["gen_on"], c.qmax_mvar, c.qmin_mvar, self._bus_q,
+                              self._q_limited, self._q_fixed_mvar) == 0:
+                break
+            self._injections()
+            flags_from_roles(role, self._free_va, self._free_vm)
+            status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
+            status, iters = self._share(status, iters + int(self.ws.stats[0]))
+            q_rounds += 1
+        if status == CONVERGED:
+            return iters
+        return iters + self._recover()
+
+    def _share(self, status: int, iters: int) -> tuple[int, int]:
+        """Inertial sharing rounds (see injections.py) after a converged solve."""
+        st, c, p, role = self.state, self.case, self.p, self.out["role"]
         rounds = 0
         while status == CONVERGED and rounds < p.max_share_rounds:
             worst = share_residual(st["island"], role, self._slack_of_root, c.gen_bus, st["gen_on"], self.h_s,
@@ -233,12 +275,11 @@ class GridModel:
             if worst < p.share_tol_mw:
                 break
             self._injections()
-            status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
+            status = self.ws.solve(self.ydata, self.sbus, st["vm"], st["va"], self._free_va, self._free_vm,
+                                   p.tol_pu, p.max_iter)
             iters += int(self.ws.stats[0])
             rounds += 1
-        if status == CONVERGED:
-            return iters
-        return iters + self._recover()
+        return status, iters
 
     def _recover(self) -> int:
         """Newton failed: flat start; then island by island, latching the failing ones dead.
@@ -277,6 +318,7 @@ class GridModel:
                  st["p_share_mw"], self.out["p_gen_mw"])
         bus_injections(role, c.pd_mw, c.qd_mvar, self.load_scale, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
                        c.base_mva, self.sbus)
+        apply_q_limits(self._q_limited, self._q_fixed_mvar, c.base_mva, role, self.sbus)
 
     def _flows(self) -> None:
         st, c, o = self.state, self.case, self.out
@@ -290,6 +332,7 @@ class GridModel:
         br, cd = st["br_status"], st["cooldown"]
         changed = apply_commands(self.cmd_open, self.cmd_close, br, cd)
         o["collapsed_this_step"][0] = 0
+        self._q_limited[:] = 0
         self._topology(inherit=changed)
         iters = 0
         tripped = 0
@@ -321,6 +364,8 @@ class GridModel:
         slack_generation(role, c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva,
                          o["p_gen_mw"])
         electrical_generation(island, role, self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva, self._p_elec)
+        bus_generation_q(role, self.ws.V, self.ws.I, c.qd_mvar, self.load_scale, c.base_mva, self._bus_q)
+        split_bus_q(role, c.gen_bus, st["gen_on"], c.qmax_mvar, c.qmin_mvar, self._bus_q, o["q_gen_mvar"])
         blacked = island_frequency(island, self._slack_of_root, self._m, self._kgov, self._p_load, self._p_elec,
                                    self._p_sched, st["dw"], st["dpm"], st["pagc"], p.load_damping,
                                    p.min_inertia_pu_s, p.governor_tg_s, p.agc_ki, p.f0_hz, p.freq_trip_hz, dt_s,
@@ -338,3 +383,4 @@ class GridModel:
         o["temp_c"][:] = st["temp_c"]
         o["br_status"][:] = st["br_status"]
         o["blackout"][0] = 1 if o["n_islands"][0] == 0 else 0
+        o["q_limited"][:] = self._q_limited

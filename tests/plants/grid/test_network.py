@@ -174,3 +174,10 @@ def test_snapshot_replay_is_bit_identical():
         model.step(1.0)
         for k, v in model.out.items():
             assert np.array_equal(v, ref[k]), k
+
+
+@pytest.mark.parametrize("kw, reason", [({"governor_tg_s": 0.0}, "governor_tg_s"), ({"hard_limit": 0.5}, "hard_limit"),
+                                        ({"max_iter": 0}, "max_iter"), ({"agc_ki": -1.0}, "agc_ki")])
+def test_bad_parameters_are_named(kw, reason):
+    with pytest.raises(ValueError, match=reason):
+        GridParams(**kw)

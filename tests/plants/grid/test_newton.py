@@ -118,3 +118,37 @@ def test_overloaded_network_reports_non_convergence_without_nan(ref118):
     vm, va = ref118["vm_pu"].copy(), np.radians(ref118["va_degree"])
     status = ws.solve(ref118["ybus_data"], ref118["sbus_pu"] * 8.0, vm, va, free_va, free_vm, max_iter=15)
     assert status != CONVERGED and np.isfinite(ws.stats[0])
+
+
+def test_q_limits_match_pandapower_enforce_q_lims():
+    """PV -> PQ switching (GridParams.enforce_q_limits) vs pandapower runpp(enforce_q_lims=True)."""
+    import warnings
+
+    pp = pytest.importorskip("pandapower")
+    import pandapower.networks as pn
+
+    from plants.grid.network import GridModel, GridParams
+
+    net = pn.case14()
+    net.gen.loc[net.gen.bus == 7, "max_q_mvar"] = 10.0
+    net.gen.loc[net.gen.bus == 2, "max_q_mvar"] = 15.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pp.runpp(net, tolerance_mva=1e-10)              # ppc taken before any switching
+        ppc = net._ppc
+        case = case_from_ppc(ppc["baseMVA"], ppc["bus"], ppc["gen"], ppc["branch"])
+        pp.runpp(net, tolerance_mva=1e-10, enforce_q_lims=True)
+    model = GridModel(case, GridParams(enforce_q_limits=True, max_share_rounds=0))
+    model.step(1.0)
+    out = model.out
+    # pandapower switches buses 2 and 7 (0-based) and then bus 1, whose unit reaches its 50 MVAr.
+    assert sorted(np.flatnonzero(out["q_limited"]).tolist()) == [1, 2, 7]
+    assert np.abs(out["vm_pu"] - net.res_bus.vm_pu.values).max() < 1e-6
+    assert np.abs(np.radians(out["va_deg"] - net.res_bus.va_degree.values)).max() < 1e-6
+    q_at = {int(b): q for b, q in zip(case.gen_bus, out["q_gen_mvar"])}
+    assert q_at[1] == pytest.approx(50.0) and q_at[2] == pytest.approx(15.0) and q_at[7] == pytest.approx(10.0)
+    # Without enforcement the same units exceed their limits.
+    free = GridModel(case, GridParams(max_share_rounds=0))
+    free.step(1.0)
+    assert not free.out["q_limited"].any()
+    assert {int(b): q for b, q in zip(case.gen_bus, free.out["q_gen_mvar"])}[7] > 17.0
