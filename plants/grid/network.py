@@ -32,8 +32,8 @@ from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_inject
                                     electrical_generation, island_aggregates, q_limit_switch, share_residual,
                                     slack_generation, split_bus_q)
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
-from plants.grid.step_kernels import (apply_commands, inherit_island_state, island_frequency, prepare_voltages,
-                                      publish, zero_dead)
+from plants.grid.step_kernels import (apply_commands, effective_scales, inherit_island_state, island_frequency,
+                                      prepare_voltages, publish, sync_changed, zero_dead)
 from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
 from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, fill_ybus
 
@@ -104,8 +104,10 @@ class GridModel:
         # Inputs.
         self.gen_p_set_mw = case.pg_mw.copy()
         self.gen_v_set_pu = case.vg_pu.copy()
-        self.gen_scale = np.ones(ng)             # renewable profile multiplier
-        self.load_scale = np.ones(n)             # load profile x (1 - shed)
+        self.gen_scale = np.ones(ng)             # multiplier of each unit's P setpoint (x profile)
+        self.load_scale = np.ones(n)             # multiplier of each bus load (x profile)
+        self.load_shed = np.zeros(n)             # fraction of each bus load shed, 0..1
+        self.profile = None                      # optional profiles.Profile, read at the end of each step
         self.tap = case.tap.copy()
         self.cmd_open = np.zeros(nl, dtype=np.int8)
         self.cmd_close = np.zeros(nl, dtype=np.int8)
@@ -143,6 +145,17 @@ class GridModel:
         self._x3 = np.zeros(3)
         self._weight_sum = np.zeros(n)
         self._served = np.zeros(2)
+        self._load_eff = np.ones(n)
+        self._ones_n = np.ones(n)
+        self._ones_g = np.ones(ng)
+        self._gen_eff = np.ones(ng)
+        self._prof_load = np.ones(n)
+        self._prof_gen = np.ones(ng)
+        self._topology_version = 0
+        self._last_br = np.full(nl, -1, dtype=np.int8)
+        self._last_slack = np.full(n, -2, dtype=np.int64)
+        self._sens_version = -1
+        self._sens = None
         self._bus_q = np.zeros(n)
         self._q_limited = np.zeros(n, dtype=np.int8)
         self._q_fixed_mvar = np.zeros(n)
@@ -170,6 +183,7 @@ class GridModel:
         Called at construction so a case whose slack Pg does not cover its losses starts at rest
         (frequency f0, governors at zero), not with a spurious imbalance."""
         st, c, o = self.state, self.case, self.out
+        self._effective_scales(float(st["t_s"][0]))
         rounds, self.p.max_share_rounds = self.p.max_share_rounds, 0
         st["p_share_mw"][:] = 0.0
         try:
@@ -178,7 +192,7 @@ class GridModel:
             self.p.max_share_rounds = rounds
         self._flows()
         _injections(self.ws.indptr, self.ws.indices, self.ydata, st["vm"], st["va"], self.ws.V, self.ws.I)
-        slack_generation(o["role"], c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale,
+        slack_generation(o["role"], c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self._load_eff,
                          c.base_mva, o["p_gen_mw"])
         at_slack = (o["role"][c.gen_bus] == SLACK) & (st["gen_on"] > 0)
         self.gen_p_set_mw[at_slack] = o["p_gen_mw"][at_slack]
@@ -204,13 +218,18 @@ class GridModel:
     def sensitivities(self):
         """(PTDF n_branch x n_bus, LODF n_branch x n_branch, islanding bool n_branch) of the current topology.
 
-        Each island's slack is the power flow's; recompute after a trip (``out['tripped_this_step']``)."""
+        Each island's slack is the power flow's. Cached: recomputed (dense, a few ms for 300 buses) only
+        after the topology changed (a trip, a breaker command, a blackout), so calling it every step is cheap.
+        The arrays returned are shared with the cache: do not modify them."""
         from plants.grid.sensitivity import lodf, ptdf
-        live = self.out["role"] != DEAD
-        slack_of_bus = self._slack_of_root[self.state["island"]]
-        H = ptdf(self.case, self.state["br_status"], slack_of_bus, live)
-        L, islanding = lodf(self.case, self.state["br_status"], H)
-        return H, L, islanding
+        if self._sens_version != self._topology_version:
+            live = self.out["role"] != DEAD
+            slack_of_bus = self._slack_of_root[self.state["island"]]
+            H = ptdf(self.case, self.state["br_status"], slack_of_bus, live)
+            L, islanding = lodf(self.case, self.state["br_status"], H)
+            self._sens = (H, L, islanding)
+            self._sens_version = self._topology_version
+        return self._sens
 
     # ---- step parts --------------------------------------------------------------------------------
     def _topology(self, inherit: bool = True) -> None:
@@ -226,8 +245,20 @@ class GridModel:
                                  st["dw"], st["dpm"], st["pagc"])
         self.out["n_islands"][0] = bus_roles(island, c.bus_type, st["bus_dead"], c.gen_bus, st["gen_on"], c.pmax_mw,
                                              self.ref_bus, self.out["role"], self._slack_of_root, self._best)
+        if sync_changed(st["br_status"], self._last_br) | sync_changed(self._slack_of_root, self._last_slack):
+            self._topology_version += 1
         branch_admittances(c.r_pu, c.x_pu, c.b_pu, c.g_pu, self.tap, c.shift_deg, st["br_status"], self.y4)
         fill_ybus(self.ydata, self.pattern.pos, self.pattern.diag, self.y4, self.ysh)
+
+    def _effective_scales(self, t_s: float) -> None:
+        """Load and unit multipliers for the instant t_s: inputs x profile x (1 - shed)."""
+        if self.profile is not None:
+            self.profile.at(t_s, self._prof_load, self._prof_gen)
+            effective_scales(self.load_scale, self._prof_load, self.load_shed, self.gen_scale, self._prof_gen,
+                             self._load_eff, self._gen_eff)
+        else:
+            effective_scales(self.load_scale, self._ones_n, self.load_shed, self.gen_scale, self._ones_g,
+                             self._load_eff, self._gen_eff)
 
     def _prepare_voltages(self, flat: bool = False) -> None:
         st = self.state
@@ -237,8 +268,8 @@ class GridModel:
     def _solve(self) -> int:
         """Power flow of every live island; collapsing islands are latched dead. Returns iterations."""
         st, c, p, role = self.state, self.case, self.p, self.out["role"]
-        island_aggregates(st["island"], role, c.pd_mw, self.load_scale, c.gen_bus, st["gen_on"], self.gen_p_set_mw,
-                          self.gen_scale, self.h_s, c.mbase_mva, self.droop_pu, c.pmin_mw, c.pmax_mw,
+        island_aggregates(st["island"], role, c.pd_mw, self._load_eff, c.gen_bus, st["gen_on"], self.gen_p_set_mw,
+                          self._gen_eff, self.h_s, c.mbase_mva, self.droop_pu, c.pmin_mw, c.pmax_mw,
                           c.base_mva, self._m, self._kgov, self._p_sched, self._p_load)
         self._injections()
         self._prepare_voltages()
@@ -251,7 +282,7 @@ class GridModel:
         status, iters = self._share(status, iters)
         q_rounds = 0
         while p.enforce_q_limits and status == CONVERGED and q_rounds < p.max_q_rounds:
-            bus_generation_q(role, self.ws.V, self.ws.I, c.qd_mvar, self.load_scale, c.base_mva, self._bus_q)
+            bus_generation_q(role, self.ws.V, self.ws.I, c.qd_mvar, self._load_eff, c.base_mva, self._bus_q)
             if q_limit_switch(role, c.gen_bus, st["gen_on"], c.qmax_mvar, c.qmin_mvar, self._bus_q,
                               self._q_limited, self._q_fixed_mvar) == 0:
                 break
@@ -270,7 +301,7 @@ class GridModel:
         rounds = 0
         while status == CONVERGED and rounds < p.max_share_rounds:
             worst = share_residual(st["island"], role, self._slack_of_root, c.gen_bus, st["gen_on"], self.h_s,
-                                   c.mbase_mva, self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva,
+                                   c.mbase_mva, self.ws.V, self.ws.I, c.pd_mw, self._load_eff, c.base_mva,
                                    self.out["p_gen_mw"], self._weight_sum, st["p_share_mw"])
             if worst < p.share_tol_mw:
                 break
@@ -313,10 +344,10 @@ class GridModel:
 
     def _injections(self) -> None:
         st, c, role = self.state, self.case, self.out["role"]
-        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self.gen_scale, c.mbase_mva,
+        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self._gen_eff, c.mbase_mva,
                  self.droop_pu, c.pmin_mw, c.pmax_mw, self._kgov, st["dpm"], st["pagc"], c.base_mva,
                  st["p_share_mw"], self.out["p_gen_mw"])
-        bus_injections(role, c.pd_mw, c.qd_mvar, self.load_scale, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
+        bus_injections(role, c.pd_mw, c.qd_mvar, self._load_eff, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
                        c.base_mva, self.sbus)
         apply_q_limits(self._q_limited, self._q_fixed_mvar, c.base_mva, role, self.sbus)
 
@@ -331,6 +362,7 @@ class GridModel:
         st, p, o = self.state, self.p, self.out
         br, cd = st["br_status"], st["cooldown"]
         changed = apply_commands(self.cmd_open, self.cmd_close, br, cd)
+        self._effective_scales(st["t_s"][0] + dt_s)
         o["collapsed_this_step"][0] = 0
         self._q_limited[:] = 0
         self._topology(inherit=changed)
@@ -361,10 +393,10 @@ class GridModel:
         role, island = o["role"], st["island"]
         # V and I of the final voltages (dead buses zeroed), then slack output and island generation.
         _injections(self.ws.indptr, self.ws.indices, self.ydata, st["vm"], st["va"], self.ws.V, self.ws.I)
-        slack_generation(role, c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva,
+        slack_generation(role, c.gen_bus, st["gen_on"], self.ws.V, self.ws.I, c.pd_mw, self._load_eff, c.base_mva,
                          o["p_gen_mw"])
-        electrical_generation(island, role, self.ws.V, self.ws.I, c.pd_mw, self.load_scale, c.base_mva, self._p_elec)
-        bus_generation_q(role, self.ws.V, self.ws.I, c.qd_mvar, self.load_scale, c.base_mva, self._bus_q)
+        electrical_generation(island, role, self.ws.V, self.ws.I, c.pd_mw, self._load_eff, c.base_mva, self._p_elec)
+        bus_generation_q(role, self.ws.V, self.ws.I, c.qd_mvar, self._load_eff, c.base_mva, self._bus_q)
         split_bus_q(role, c.gen_bus, st["gen_on"], c.qmax_mvar, c.qmin_mvar, self._bus_q, o["q_gen_mvar"])
         blacked = island_frequency(island, self._slack_of_root, self._m, self._kgov, self._p_load, self._p_elec,
                                    self._p_sched, st["dw"], st["dpm"], st["pagc"], p.load_damping,
@@ -376,7 +408,7 @@ class GridModel:
 
     def _publish(self) -> None:
         st, c, o = self.state, self.case, self.out
-        publish(o["role"], st["island"], st["vm"], st["va"], st["dw"], self.p.f0_hz, c.pd_mw, self.load_scale,
+        publish(o["role"], st["island"], st["vm"], st["va"], st["dw"], self.p.f0_hz, c.pd_mw, self._load_eff,
                 st["gen_on"], o["vm_pu"], o["va_deg"], o["island"], o["freq_hz"], o["p_gen_mw"], self._served)
         o["served_load_mw"][0] = self._served[0]
         o["unserved_load_mw"][0] = self._served[1]

@@ -118,3 +118,24 @@ def publish(role, island, vm, va, dw, f0_hz, pd_mw, load_scale, gen_on, vm_out, 
             p_gen_mw[g] = 0.0
     served_unserved[0] = served
     served_unserved[1] = unserved
+
+
+@njit(cache=True, nogil=True)
+def effective_scales(load_scale, prof_load, load_shed, gen_scale, prof_gen, load_eff, gen_eff):
+    """load_eff = load_scale * profile * (1 - clip(shed, 0, 1)); gen_eff = gen_scale * profile (>= 0)."""
+    for i in range(load_eff.shape[0]):
+        shed = min(max(load_shed[i], 0.0), 1.0)
+        load_eff[i] = max(load_scale[i], 0.0) * prof_load[i] * (1.0 - shed)
+    for g in range(gen_eff.shape[0]):
+        gen_eff[g] = max(gen_scale[g], 0.0) * prof_gen[g]
+
+
+@njit(cache=True, nogil=True)
+def sync_changed(src, dst):
+    """Copy src into dst; True if any element differed (a topology change detector)."""
+    changed = False
+    for i in range(src.shape[0]):
+        if dst[i] != src[i]:
+            dst[i] = src[i]
+            changed = True
+    return changed

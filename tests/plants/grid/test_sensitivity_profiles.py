@@ -95,3 +95,27 @@ def test_profile_errors_name_the_column(tmp_path, text, reason):
     path.write_text(text)
     with pytest.raises(ProfileError, match=reason):
         read_profile(path, read_matpower(GRIDS / "case14.m"))
+
+
+def test_sensitivities_cached_until_topology_changes():
+    model = GridModel(read_matpower(GRIDS / "case14.m"))
+    first = model.sensitivities()
+    model.step(1.0)
+    assert model.sensitivities()[0] is first[0]          # same topology: no recomputation
+    model.cmd_open[0] = 1
+    model.step(1.0)
+    again = model.sensitivities()
+    assert again[0] is not first[0] and not again[0][0].any()
+
+
+def test_profile_drives_the_model(tmp_path):
+    case = read_matpower(GRIDS / "case14.m")
+    path = tmp_path / "p.csv"
+    path.write_text("time_s,load\n0,1.0\n10,1.1\n")
+    model = GridModel(case)
+    model.profile = read_profile(path, case)
+    model.load_shed[case.bus_index(14)] = 0.5
+    for _ in range(5):
+        model.step(1.0)
+    # t = 5 s: profile 1.05; bus 14 half shed.
+    assert model.out["served_load_mw"][0] == pytest.approx(1.05 * (case.pd_mw.sum() - 0.5 * 14.9))
