@@ -13,6 +13,8 @@ Human-readable lines go to stderr; the last line of stdout is one JSON object:
                        + thermal), 1 kHz time series with a +-2 % load sinusoid: median, p99, max (ms)
                        and the count of steps longer than 1 ms, wall clock and thread CPU time
                        (cpu_*: the step's own work; wall minus CPU is time the OS ran something else)
+    grid_trip_step_ms  a case118 step in which a line opens and protection cascades (median, ms; lines
+                       tripped, cascade rounds, Newton iterations) and the PTDF+LODF recomputation after it
     references         each measured in this same run:
         pandapower_runpp_case118_ms   pandapower.runpp(case118()) (median)
         pypower_runpf_case118_ms      PYPOWER runpf on ITS OWN case118 (median; not the same network)
@@ -133,6 +135,32 @@ def bench_grid_step(n):
                 cpu_max=float(cpu_ms.max()), cpu_over_1ms=int((cpu_ms > 1.0).sum()))
 
 
+def bench_trip_step(reps):
+    """A step in which a line opens and protection trips others (case118, ratings 1.5x base current,
+    at least 50 MVA; line 8-5 (row 8) opened): the worst case of a step, several solves and islands."""
+    case = read_matpower(ROOT / "configs" / "grids" / "case118.m")
+    base = GridModel(case).out["i_pu"]
+    case.rate_a_mva[:] = np.maximum(1.5 * base * case.base_mva, 50.0)
+    times, cpu, sens = [], [], []
+    for _ in range(reps):
+        model = GridModel(case)
+        model.step(1.0)
+        model.sensitivities()
+        model.cmd_open[7] = 1
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        model.step(1.0)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+        t0 = time.perf_counter()
+        model.sensitivities()
+        sens.append(time.perf_counter() - t0)
+    return dict(median=statistics.median(times) * 1e3, cpu_median=statistics.median(cpu) * 1e3,
+                tripped=int(model.out["tripped_this_step"][0]), rounds=int(model.out["cascade_rounds"][0]),
+                iterations=int(model.out["pf_iterations"][0]), n_islands=int(model.out["n_islands"][0]),
+                ptdf_lodf_ms=statistics.median(sens) * 1e3)
+
+
 def ref_pandapower(reps):
     import pandapower as pp
     import pandapower.networks as pn
@@ -204,6 +232,12 @@ def main() -> None:
         f"{step['cpu_median']:.3f} ms, p99 {step['cpu_p99']:.3f} ms, max {step['cpu_max']:.3f} ms, "
         f"{step['cpu_over_1ms']} over 1 ms")
 
+    bench_trip_step(1)
+    trip = bench_trip_step(5 if args.quick else 20)
+    log(f"hil trip step case118: {trip['median']:.3f} ms (CPU {trip['cpu_median']:.3f} ms), {trip['tripped']} "
+        f"lines tripped in {trip['rounds']} rounds, {trip['iterations']} Newton iterations, "
+        f"{trip['n_islands']} islands; PTDF+LODF after it {trip['ptdf_lodf_ms']:.3f} ms")
+
     references: dict = {}
     for name, fn in (("pandapower_runpp_case118_ms", lambda: ref_pandapower(reps)),
                      ("pypower_runpf_case118_ms", lambda: ref_pypower(reps))):
@@ -224,7 +258,7 @@ def main() -> None:
 
     result = dict(case118_solve_ms=r118["warm_ms"], case118_iterations=r118["iterations"],
                   case118_flat_ms=r118["flat_ms"], case300_solve_ms=c300_ms, case300_iterations=c300_it,
-                  max_dvm_pu=r118["max_dvm"], max_dva_rad=r118["max_dva"], grid_step_ms=step,
+                  max_dvm_pu=r118["max_dvm"], max_dva_rad=r118["max_dva"], grid_step_ms=step, grid_trip_step_ms=trip,
                   references=references, goals=GOALS)
     print(json.dumps(result))
 

@@ -156,6 +156,7 @@ class GridModel:
         self._last_slack = np.full(n, -2, dtype=np.int64)
         self._sens_version = -1
         self._sens = None
+        self._ptdf_ws = None
         self._bus_q = np.zeros(n)
         self._q_limited = np.zeros(n, dtype=np.int8)
         self._q_fixed_mvar = np.zeros(n)
@@ -225,7 +226,10 @@ class GridModel:
         if self._sens_version != self._topology_version:
             live = self.out["role"] != DEAD
             slack_of_bus = self._slack_of_root[self.state["island"]]
-            H = ptdf(self.case, self.state["br_status"], slack_of_bus, live)
+            if self._ptdf_ws is None:
+                from plants.grid.sensitivity import PtdfWorkspace
+                self._ptdf_ws = PtdfWorkspace.for_case(self.case)
+            H = ptdf(self.case, self.state["br_status"], slack_of_bus, live, self._ptdf_ws)
             L, islanding = lodf(self.case, self.state["br_status"], H)
             self._sens = (H, L, islanding)
             self._sens_version = self._topology_version
