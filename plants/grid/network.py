@@ -22,6 +22,7 @@ The step allocates nothing; only ``GridModel(...)`` (ordering, symbolic LU) does
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,12 @@ from plants.grid.step_kernels import (apply_commands, effective_scales, inherit_
                                       prepare_voltages, publish, sync_changed, zero_dead)
 from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
 from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, fill_ybus
+
+# Any dt is stable: the frequency model integrates with internal RK4 sub-steps of at most
+# min(Tg, M / (D + K)) / 20, temperatures use the exact exponential, the flow is algebraic. So the
+# plant contract's MAX_SUBSTEP for the grid is infinite; the quasi-static model itself (no
+# electromechanical or electromagnetic transients) is meant for steps of ~10 ms and longer.
+MAX_SUBSTEP_S = math.inf
 
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
               "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")

@@ -83,3 +83,27 @@ def test_branch_to_unknown_bus_is_named():
     branch = [[1, 7, 0.01, 0.1, 0, 0, 0, 0, 0, 0, 1, -360, 360]]
     with pytest.raises(CaseFormatError, match="refers to bus 7"):
         case_from_ppc(100, bus, gen, branch)
+
+
+def test_phase_shifter_and_tap_match_pandapower_makeybus():
+    """Taps and phase shifts (none in the shipped cases) against pandapower's own makeYbus."""
+    pytest.importorskip("pandapower")
+    from pandapower.pypower.makeYbus import makeYbus
+
+    text = (GRIDS / "case14.m").read_text()
+    data = parse_matpower(text)
+    branch = np.zeros((data["branch"].shape[0], 26))
+    branch[:, :13] = data["branch"]
+    k = int(np.flatnonzero((branch[:, 0] == 4) & (branch[:, 1] == 7))[0])
+    branch[k, 9] = -7.5            # phase shift, degrees
+    branch[2, 8], branch[2, 9] = 1.03, 4.0   # an off-nominal line-type branch with shift too
+    bus = data["bus"].copy()
+    case = case_from_ppc(data["baseMVA"], bus, data["gen"], branch)
+    pattern, ours, _ = make_ybus(case)
+    ppc_bus = bus.copy()
+    ppc_bus[:, 0] -= 1
+    ppc_branch = branch.copy()
+    ppc_branch[:, :2] -= 1
+    theirs, _, _ = makeYbus(data["baseMVA"], ppc_bus, ppc_branch)
+    assert abs(ybus_scipy(pattern, ours) - theirs).max() < 1e-12
+    assert not np.allclose(ybus_scipy(pattern, ours).toarray(), ybus_scipy(pattern, ours).toarray().T)  # shifters

@@ -181,3 +181,18 @@ def test_snapshot_replay_is_bit_identical():
 def test_bad_parameters_are_named(kw, reason):
     with pytest.raises(ValueError, match=reason):
         GridParams(**kw)
+
+
+def test_runtime_tap_change_equals_a_case_built_with_that_tap():
+    c = case14()
+    k = line(c, 4, 7)
+    model = GridModel(c, GridParams(max_share_rounds=0))
+    model.tap[k] = 1.02
+    model.step(1.0)   # dispatch of this step uses the governor state at its start (zero): a pure flow
+    c2 = case14()
+    c2.tap[k] = 1.02
+    fresh = GridModel(c2, GridParams(max_share_rounds=0))
+    fresh.gen_p_set_mw[:] = model.gen_p_set_mw
+    fresh.step(1.0)
+    assert np.abs(model.out["vm_pu"] - fresh.out["vm_pu"]).max() < 1e-9
+    assert abs(model.out["vm_pu"][c.bus_index(7)] - GridModel(case14()).out["vm_pu"][c.bus_index(7)]) > 1e-3
