@@ -23,8 +23,6 @@ The step allocates nothing; only ``GridModel(...)`` (ordering, symbolic LU) does
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
 from plants.grid.case import REF, Case
@@ -33,6 +31,7 @@ from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_inject
                                     electrical_generation, island_aggregates, q_limit_switch, share_residual,
                                     slack_generation, split_bus_q)
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
+from plants.grid.params import GridParams
 from plants.grid.step_kernels import (apply_commands, effective_scales, inherit_island_state, island_frequency,
                                       prepare_voltages, publish, sync_changed, zero_dead)
 from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
@@ -46,47 +45,6 @@ MAX_SUBSTEP_S = math.inf
 
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
               "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")
-
-
-@dataclass
-class GridParams:
-    """Scalars of the step; per-element arrays (H, droop, thermal) live on the model."""
-
-    f0_hz: float = 50.0
-    load_damping: float = 1.0         # pu load change per pu frequency change
-    governor_tg_s: float = 0.5        # governor-turbine time constant
-    agc_ki: float = 0.0               # AGC integral gain, pu power per (pu frequency * s); 0 = off
-    freq_trip_hz: float = 2.5         # |f - f0| beyond which an island blacks out
-    soft_limit: float = 1.0           # loading above which overflow steps count (Grid2Op: 100 %)
-    hard_limit: float = 2.0           # loading that trips at once (Grid2Op HARD_OVERFLOW_THRESHOLD)
-    overflow_allowed_steps: int = 2   # Grid2Op NB_TIMESTEP_OVERFLOW_ALLOWED: trips on the 3rd step
-    cooldown_steps: int = 3           # steps a tripped line stays open before it may reclose
-    temp_trip_c: float = np.inf       # conductor temperature trip
-    t_amb_c: float = 25.0
-    tol_pu: float = 1e-8              # Newton mismatch tolerance
-    max_iter: int = 10
-    max_cascade_rounds: int = 20
-    share_tol_mw: float = 1e-3        # inertial sharing: slack residual left on the slack bus
-    max_share_rounds: int = 8
-    enforce_q_limits: bool = False    # PV -> PQ at a unit's Qmax/Qmin (MATPOWER ENFORCE_Q_LIMS)
-    max_q_rounds: int = 10
-
-    def __post_init__(self):
-        positive = ("f0_hz", "governor_tg_s", "freq_trip_hz", "soft_limit", "tol_pu", "min_inertia_pu_s",
-                    "share_tol_mw")
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be > 0")
-        for name in ("load_damping", "agc_ki", "overflow_allowed_steps", "cooldown_steps", "max_share_rounds",
-                     "max_q_rounds"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 0")
-        for name in ("max_iter", "max_cascade_rounds"):
-            if not getattr(self, name) >= 1:
-                raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 1")
-        if not self.hard_limit >= self.soft_limit:
-            raise ValueError(f"grid.hard_limit: {self.hard_limit!r} must be >= soft_limit ({self.soft_limit!r})")
-    min_inertia_pu_s: float = 0.01    # floor for an island of inverter-only generation
 
 
 class GridModel:
