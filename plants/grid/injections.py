@@ -19,6 +19,8 @@ so two or three warm Newton solves suffice. Without it the slack bus alone would
 
 from __future__ import annotations
 
+import math
+
 from numba import njit
 
 from plants.grid.topology import DEAD, ROLE_PQ, ROLE_PV, SLACK
@@ -45,7 +47,8 @@ def island_aggregates(island, role, pd_mw, load_scale, gen_bus, gen_on, p_set_mw
         m[r] += 2.0 * h_s[g] * mbase_mva[g] / base_mva
         if droop_pu[g] > 0.0 and pmax_mw[g] > pmin_mw[g]:
             kgov[r] += mbase_mva[g] / (droop_pu[g] * base_mva)
-        p_sched[r] += p_set_mw[g] * gen_scale[g] / base_mva
+        p = p_set_mw[g] * gen_scale[g]
+        p_sched[r] += (p if math.isfinite(p) else pmin_mw[g]) / base_mva
 
 
 @njit(cache=True, nogil=True)
@@ -60,6 +63,8 @@ def dispatch(island, role, gen_bus, gen_on, p_set_mw, gen_scale, mbase_mva, droo
             continue
         r = island[b]
         p = p_set_mw[g] * gen_scale[g]
+        if not math.isfinite(p):
+            p = pmin_mw[g]   # a garbled setpoint: the unit goes to its minimum
         if droop_pu[g] > 0.0 and pmax_mw[g] > pmin_mw[g] and kgov[r] > 0.0:
             p += mbase_mva[g] / (droop_pu[g] * base_mva * kgov[r]) * (dpm[r] + pagc[r]) * base_mva
         if p > pmax_mw[g]:

@@ -46,14 +46,15 @@ def inherit_island_state(island, old_island, old_dw, old_dpm, old_pagc, dw, dpm,
 @njit(cache=True, nogil=True)
 def prepare_voltages(role, island, slack_of_root, gen_bus, gen_on, v_set_pu, vm, va, flat):
     """Warm start for Newton: a live bus below 0.5 pu (re-energized) or every live bus if ``flat``
-    restarts at 1 pu and its slack's angle; generator buses take their voltage setpoint."""
+    restarts at 1 pu and its slack's angle; generator buses take their voltage setpoint (a setpoint
+    that is not finite or outside 0.5..1.5 pu is ignored: the bus keeps its last voltage)."""
     for i in range(role.shape[0]):
         if role[i] != DEAD and (flat or vm[i] < 0.5):
             vm[i] = 1.0
             va[i] = va[slack_of_root[island[i]]]
     for g in range(gen_bus.shape[0]):
         b = gen_bus[g]
-        if gen_on[g] != 0 and role[b] != DEAD:
+        if gen_on[g] != 0 and role[b] != DEAD and math.isfinite(v_set_pu[g]) and 0.5 < v_set_pu[g] < 1.5:
             vm[b] = v_set_pu[g]
 
 
@@ -122,12 +123,17 @@ def publish(role, island, vm, va, dw, f0_hz, pd_mw, load_scale, gen_on, vm_out, 
 
 @njit(cache=True, nogil=True)
 def effective_scales(load_scale, prof_load, load_shed, gen_scale, prof_gen, load_eff, gen_eff):
-    """load_eff = load_scale * profile * (1 - clip(shed, 0, 1)); gen_eff = gen_scale * profile (>= 0)."""
+    """load_eff = load_scale * profile * (1 - clip(shed, 0, 1)); gen_eff = gen_scale * profile (>= 0).
+
+    A non-finite input reads as nominal (scale 1, no shed): a garbled register never blacks out the grid."""
     for i in range(load_eff.shape[0]):
-        shed = min(max(load_shed[i], 0.0), 1.0)
-        load_eff[i] = max(load_scale[i], 0.0) * prof_load[i] * (1.0 - shed)
+        shed = load_shed[i] if math.isfinite(load_shed[i]) else 0.0
+        shed = min(max(shed, 0.0), 1.0)
+        scale = load_scale[i] if math.isfinite(load_scale[i]) else 1.0
+        load_eff[i] = max(scale, 0.0) * prof_load[i] * (1.0 - shed)
     for g in range(gen_eff.shape[0]):
-        gen_eff[g] = max(gen_scale[g], 0.0) * prof_gen[g]
+        scale = gen_scale[g] if math.isfinite(gen_scale[g]) else 1.0
+        gen_eff[g] = max(scale, 0.0) * prof_gen[g]
 
 
 @njit(cache=True, nogil=True)

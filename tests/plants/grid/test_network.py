@@ -196,3 +196,22 @@ def test_runtime_tap_change_equals_a_case_built_with_that_tap():
     fresh.step(1.0)
     assert np.abs(model.out["vm_pu"] - fresh.out["vm_pu"]).max() < 1e-9
     assert abs(model.out["vm_pu"][c.bus_index(7)] - GridModel(case14()).out["vm_pu"][c.bus_index(7)]) > 1e-3
+
+
+def test_garbled_inputs_never_reach_the_outputs():
+    c = case14()
+    model = GridModel(c)
+    model.load_scale[3] = np.nan
+    model.load_shed[4] = np.inf
+    model.gen_scale[1] = np.nan
+    model.gen_p_set_mw[2] = np.nan
+    model.gen_v_set_pu[0] = np.inf
+    model.step(1.0)
+    o = model.out
+    for key, arr in o.items():
+        assert np.isfinite(arr).all(), key
+    assert o["blackout"][0] == 0 and o["n_islands"][0] == 1
+    assert o["vm_pu"][c.gen_bus[0]] == pytest.approx(c.vg_pu[0])    # bad setpoint ignored
+    # A non-finite scale or shed reads as nominal (scale 1, no shed); a non-finite P setpoint as Pmin.
+    assert o["served_load_mw"][0] == pytest.approx(c.pd_mw.sum())
+    assert o["p_gen_mw"][2] == pytest.approx(c.pmin_mw[2], abs=1.0)
