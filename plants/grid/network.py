@@ -285,7 +285,7 @@ class GridModel:
         """Newton failed: flat start; then island by island, latching the failing ones dead.
 
         The failure path (rare) may allocate; it ends in a consistent state, bounded: each pass
-        either converges or latches at least one island dead."""
+        either converges or latches at least one island dead (so at most one pass per island)."""
         st, p = self.state, self.p
         vm, va = st["vm"], st["va"]
         self._prepare_voltages(flat=True)
@@ -307,6 +307,10 @@ class GridModel:
                 collapsed += 1
                 vm[members] = self._vm0[members]
                 va[members] = self._va0[members]
+        if collapsed == 0:
+            # Every island converged on its own (islands are decoupled, so this is the joint solution);
+            # ws.V / ws.I were recomputed over all buses in the last solve.
+            return iters
         self.out["collapsed_this_step"][0] += collapsed
         self._topology()
         return iters + self._solve()

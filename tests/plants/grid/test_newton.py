@@ -6,7 +6,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from plants.grid.case import PQ, PV, REF, case_from_ppc, read_matpower
-from plants.grid.newton import CONVERGED, NewtonWorkspace, bus_flags
+from plants.grid.newton import CONVERGED, DIVERGED, MAX_ITER, SINGULAR, NewtonWorkspace, bus_flags
 from plants.grid.sparse_lu import lu_factor, lu_solve
 from plants.grid.ybus import make_sbus, make_ybus
 
@@ -117,7 +117,9 @@ def test_overloaded_network_reports_non_convergence_without_nan(ref118):
     free_va, free_vm = bus_flags(n, ref118["ref"], ref118["pv"], ref118["pq"])
     vm, va = ref118["vm_pu"].copy(), np.radians(ref118["va_degree"])
     status = ws.solve(ref118["ybus_data"], ref118["sbus_pu"] * 8.0, vm, va, free_va, free_vm, max_iter=15)
-    assert status != CONVERGED and np.isfinite(ws.stats[0])
+    # 8x the load has no solution: reported as a status (the caller restores its warm start), no exception.
+    assert status in (MAX_ITER, SINGULAR, DIVERGED)
+    assert not ws.stats[1] < 1e-8 and 0 < ws.stats[0] <= 15
 
 
 def test_q_limits_match_pandapower_enforce_q_lims():
