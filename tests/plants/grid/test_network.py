@@ -215,3 +215,16 @@ def test_garbled_inputs_never_reach_the_outputs():
     # A non-finite scale or shed reads as nominal (scale 1, no shed); a non-finite P setpoint as Pmin.
     assert o["served_load_mw"][0] == pytest.approx(c.pd_mw.sum())
     assert o["p_gen_mw"][2] == pytest.approx(c.pmin_mw[2], abs=1.0)
+
+
+def test_collapse_of_one_island_leaves_the_other_energized():
+    c = case14()
+    model = GridModel(c)
+    model.cmd_open[line(c, 7, 8)] = 1          # bus 8 (a unit, no load) becomes its own island
+    model.load_scale[:] = 6.0                  # the main island has no solution
+    model.step(1.0)
+    o = model.out
+    b8 = c.bus_index(8)
+    assert o["collapsed_this_step"][0] == 1 and o["n_islands"][0] == 1 and o["blackout"][0] == 0
+    assert o["island"][b8] == b8 and o["vm_pu"][b8] > 0.9
+    assert (o["island"] == -1).sum() == 13 and np.isfinite(o["pf_mw"]).all()
