@@ -65,6 +65,7 @@ def test_warm_start_converges_in_fewer_iterations(ref118):
     assert ws.stats[0] <= 3
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pandapower on its own bundled cases
 @pytest.mark.parametrize("name", ["case14", "case118", "case300"])
 def test_pandapower_cases(name):
     """pandapower's own conversion of its caseN (ppc arrays) solved by us vs its runpp result."""
