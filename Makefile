@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/gap_cost.py
 	$(BIN)/python benchmarks/bus_latency.py
 	$(BIN)/python benchmarks/protocol_latency.py
+	$(BIN)/python benchmarks/grid_speed.py
 
 clean:
 	rm -rf $(VENV) runs
