@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bus_latency.py
 	$(BIN)/python benchmarks/protocol_latency.py
 	$(BIN)/python benchmarks/grid_speed.py
+	$(BIN)/python benchmarks/manipulator_speed.py
 
 clean:
 	rm -rf $(VENV) runs
