@@ -95,7 +95,7 @@ class HilVectorEnv(VectorEnv):
         self.features.first[rows] = True
 
     def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
+        super().reset(seed=int(seed) if seed is not None and np.isscalar(seed) else None)
         N = self.num_envs
         mask = np.ones(N, dtype=bool)
         if options and "reset_mask" in options:
