@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import numba  # noqa: E402
 
 import hil.gym  # noqa: E402
-from hil.gym.kernels import batch_step  # noqa: E402
+from hil.gym.kernels import batch_step  # noqa: E402  (the kernel alone)
 
 CONFIG = ROOT / "configs" / "bioreactor_gym.toml"
 

@@ -44,11 +44,12 @@ def make(path, *, safety: bool = False, **overrides):
     return env
 
 
-def make_vec(path, num_envs: int, **overrides):
-    """A gymnasium.vector.VectorEnv (hil.gym.vector.HilVectorEnv) of `num_envs` instances."""
+def make_vec(path, num_envs: int, *, parallel: bool | None = None, **overrides):
+    """A gymnasium.vector.VectorEnv (hil.gym.vector.HilVectorEnv) of `num_envs` instances;
+    parallel: spread them over the cores (default: from 16 instances on)."""
     from hil.gym.vector import HilVectorEnv
 
-    return HilVectorEnv(load(path, overrides), num_envs, scenario_path=str(path))
+    return HilVectorEnv(load(path, overrides), num_envs, scenario_path=str(path), parallel=parallel)
 
 
 __all__ = ["make", "make_vec", "load"]

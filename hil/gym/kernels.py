@@ -14,7 +14,8 @@ Per instance i (row i of every array), exactly the single loop's sequence (hil/r
 
 Aact / Asen rows are copies of a GapPipeline's arena buffers (hil/gaps/arena.py: the header
 holds offsets relative to the row, so a row is a complete, independent pipeline state).
-Rows with run[i] == False are left untouched (instances being reset).
+Rows with run[i] == False are left untouched (instances being reset). `batch_step` spreads the
+rows over the cores; `batch_step_serial` (same row kernel) runs them on the calling thread.
 """
 
 from __future__ import annotations
@@ -39,18 +40,36 @@ def _state_status(x, lo, hi, tol):
     return n_out
 
 
+@njit(cache=True, nogil=True)
+def row_step(plant_step, plant_outputs, i, K, Tp, X, P, Ucmd, Uclip, Uapp, Y, Ymeas, Aact, Asen, W, counts, status,
+             u_lo, u_hi, x_lo, x_hi, x_tol, step_s, dt, n_sub):
+    """One loop step of instance i (see the module docstring)."""
+    t = K[i] * step_s
+    clip_inputs(Ucmd[i], u_lo, u_hi, Uapp[i], Uclip[i], counts[i])
+    _actuate(Aact[i], t, Uclip[i], Uapp[i])
+    Tp[i] = plant_step(Tp[i], X[i], Uapp[i], P[i], dt, n_sub, W[i])
+    status[i] = _state_status(X[i], x_lo, x_hi, x_tol)
+    plant_outputs(X[i], Uapp[i], P[i], Y[i])
+    _sense(Asen[i], t + step_s, Y[i], Ymeas[i])
+    K[i] += 1
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def batch_step(plant_step, plant_outputs, run, K, Tp, X, P, Ucmd, Uclip, Uapp, Y, Ymeas, Aact, Asen, W,
                counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, step_s, dt, n_sub):
-    """One loop step of every instance with run[i]; see the module docstring."""
+    """One loop step of every instance with run[i], spread over the cores (prange)."""
     for i in prange(X.shape[0]):
-        if not run[i]:
-            continue
-        t = K[i] * step_s
-        clip_inputs(Ucmd[i], u_lo, u_hi, Uapp[i], Uclip[i], counts[i])
-        _actuate(Aact[i], t, Uclip[i], Uapp[i])
-        Tp[i] = plant_step(Tp[i], X[i], Uapp[i], P[i], dt, n_sub, W[i])
-        status[i] = _state_status(X[i], x_lo, x_hi, x_tol)
-        plant_outputs(X[i], Uapp[i], P[i], Y[i])
-        _sense(Asen[i], t + step_s, Y[i], Ymeas[i])
-        K[i] += 1
+        if run[i]:
+            row_step(plant_step, plant_outputs, i, K, Tp, X, P, Ucmd, Uclip, Uapp, Y, Ymeas, Aact, Asen, W,
+                     counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, step_s, dt, n_sub)
+
+
+@njit(cache=True, nogil=True)
+def batch_step_serial(plant_step, plant_outputs, run, K, Tp, X, P, Ucmd, Uclip, Uapp, Y, Ymeas, Aact, Asen, W,
+                      counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, step_s, dt, n_sub):
+    """batch_step on the calling thread: for a few instances, where a parallel region's
+    barrier costs more than the work (on a loaded machine, up to milliseconds)."""
+    for i in range(X.shape[0]):
+        if run[i]:
+            row_step(plant_step, plant_outputs, i, K, Tp, X, P, Ucmd, Uclip, Uapp, Y, Ymeas, Aact, Asen, W,
+                     counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, step_s, dt, n_sub)

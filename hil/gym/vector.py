@@ -24,15 +24,20 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from hil.gym.kernels import batch_step
+from hil.gym.kernels import batch_step, batch_step_serial
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
+
+
+PARALLEL_MIN = 16  # instances from which a parallel region pays for its barrier
 
 
 class HilVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
-    def __init__(self, scenario, num_envs: int, *, scenario_path: str | None = None):
+    def __init__(self, scenario, num_envs: int, *, scenario_path: str | None = None,
+                 parallel: bool | None = None):
+        """parallel: step the instances on every core (default: from PARALLEL_MIN instances on)."""
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, not {num_envs}")
         self.model = m = ScenarioModel(scenario)
@@ -68,6 +73,8 @@ class HilVectorEnv(VectorEnv):
         self.reward = np.zeros(N)
         self.autoreset = np.zeros(N, dtype=bool)
         self.drawn: list[dict] = [{} for _ in range(N)]
+        self.parallel = N >= PARALLEL_MIN if parallel is None else bool(parallel)
+        self._kernel = batch_step if self.parallel else batch_step_serial
         self._y0 = np.zeros(m.n_y)
         self._ym0 = np.zeros(m.n_y)
         self._x0 = m.x0.copy()
@@ -131,7 +138,7 @@ class HilVectorEnv(VectorEnv):
         self.Ucmd[:, m.action_index] = a
         np.copyto(self.Uprev, self.Uapp)
         c0 = self.counts.sum(axis=1)
-        batch_step(m.plant_step, m.plant_outputs, self.run, self.K, self.Tp, self.X, self.P, self.Ucmd,
+        self._kernel(m.plant_step, m.plant_outputs, self.run, self.K, self.Tp, self.X, self.P, self.Ucmd,
                    self.Uclip, self.Uapp, self.Y, self.Ymeas, self.Aact, self.Asen, self.W, self.counts,
                    self.status, m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, m.step_s, m.dt_plant, m.substeps)
         self.features.build(self.Ymeas, self.Uapp, self.obs)

@@ -18,9 +18,11 @@ def _policy(obs, names, k):
     return np.stack([cols[n] for n in names], axis=-1)
 
 
-def test_every_instance_is_the_single_env_bit_for_bit_across_autoresets():
+@pytest.mark.parametrize("parallel", [False, True])
+def test_every_instance_is_the_single_env_bit_for_bit_across_autoresets(parallel):
     n_env, steps, episode_s = 3, 130, 50.0  # two autoresets inside the run
-    venv = hil.gym.make_vec(CONFIG, n_env, episode_s=episode_s)
+    venv = hil.gym.make_vec(CONFIG, n_env, episode_s=episode_s, parallel=parallel)
+    assert venv.parallel is parallel
     env = hil.gym.make(CONFIG, episode_s=episode_s)
     obs_v, info_v = venv.reset(seed=11)
     assert list(info_v["seed"]) == [11, 12, 13]
@@ -67,7 +69,6 @@ def test_non_finite_action_holds_the_applied_value_and_is_counted():
     venv.reset(seed=0)
     a = np.tile(venv.single_action_space.high * 0.3, (2, 1))
     venv.step(a)
-    before = venv.Uapp.copy()
     a[1, :] = np.nan
     _, _, _, _, info = venv.step(a)
     assert info["clipped"].tolist() == [0, 2]
