@@ -52,4 +52,22 @@ def make_vec(path, num_envs: int, *, parallel: bool | None = None, **overrides):
     return HilVectorEnv(load(path, overrides), num_envs, scenario_path=str(path), parallel=parallel)
 
 
-__all__ = ["make", "make_vec", "load"]
+ENV_ID = "hil/Scenario-v0"
+
+
+def _entry(path, **kwargs):
+    return make(path, **kwargs)
+
+
+def register() -> str:
+    """Register hil's env with gymnasium's registry, so that tools that build envs by id work:
+    gymnasium.make("hil/Scenario-v0", path="configs/bioreactor_gym.toml", episode_s=600.0).
+    Returns the id. (The episode length is [gym].episode_s: no TimeLimit wrapper is added.)"""
+    import gymnasium
+
+    if ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=ENV_ID, entry_point="hil.gym:_entry", disable_env_checker=False)
+    return ENV_ID
+
+
+__all__ = ["make", "make_vec", "load", "register", "ENV_ID"]

@@ -143,3 +143,18 @@ def test_gym_section_errors_name_the_key():
                      episode_s=10.5)
     text = str(exc.value)
     assert "gym.observation[1]" in text and "gym.limits.ph" in text and "gym.episode_s" in text
+
+
+def test_registered_id_builds_the_same_env_through_gymnasium_make():
+    env_id = hil.gym.register()
+    env = gym.make(env_id, path=str(CONFIG), episode_s=20.0)
+    direct = hil.gym.make(CONFIG, episode_s=20.0)
+    o1, _ = env.reset(seed=4)
+    o2, _ = direct.reset(seed=4)
+    np.testing.assert_array_equal(o1, o2)
+    a = direct.action_space.low + 0.2 * (direct.action_space.high - direct.action_space.low)
+    for _ in range(5):
+        r1 = env.step(a)
+        r2 = direct.step(a)
+    np.testing.assert_array_equal(r1[0], r2[0])
+    assert r1[1] == r2[1]
