@@ -223,6 +223,36 @@ def train(config: str, *, out: str, generations: int = 40, pairs: int = 16, epis
     return meta
 
 
+def same_seed_returns(config: str, policy_dir: str, version: str, seconds: float) -> dict:
+    """Returns in the env, with the safety wrapper in the loop, for episode 0 of the scenario's
+    loop.seed (the plant and gap draws of `hil run --lockstep`): the saved policy proposing
+    in mode "shadow" (the baseline acts, as in the shadow run: its return stands beside the
+    run's KPI) and in mode "full" (the policy acts inside the envelope)."""
+    import hil.gym
+    from hil.gym.safety import SafetyWrapper
+    from hil.policy.loader import load_version
+    from hil.policy.store import PolicyStore
+
+    pol = load_version(PolicyStore(policy_dir), version)
+    env0 = hil.gym.make(config, episode_s=float(seconds))
+    seed = int(env0.model.seed)
+    out = {"seed": seed}
+    for mode, key in (("shadow", "baseline"), ("full", "policy")):
+        env = SafetyWrapper(hil.gym.make(config, episode_s=float(seconds)), mode=mode)
+        obs, _ = env.reset(seed=seed)
+        ret, stop = 0.0, False
+        while True:
+            obs, r, term, trunc, info = env.step(pol.act(obs))
+            ret += r
+            if term or trunc:
+                stop = term
+                break
+        out[f"{key}_return"] = ret
+        out[f"{key}_safety_stop"] = bool(stop)
+        out[f"{key}_interventions"] = info["interventions"]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hil.gym.train_example", description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default="configs/bioreactor_gym.toml")
@@ -242,8 +272,12 @@ def main(argv=None) -> int:
 
         res = shadow_run(args.config, args.out, meta["version"], duration_s=args.shadow_s, workdir=args.workdir)
         print_comparison(res)
+        same = same_seed_returns(args.config, args.out, meta["version"], args.shadow_s)
+        print(f"  in the env with the wrapper, seed {same['seed']} (the HIL run's draws), {args.shadow_s:g} s: return "
+              f"with the baseline acting (shadow) {same['baseline_return']:.1f}, with the policy acting (full) "
+              f"{same['policy_return']:.1f}; interventions in full: {same['policy_interventions']}")
         print(json.dumps({"version": meta["version"], "evaluation": meta["training"]["evaluation"],
-                          "shadow": res["comparison"]}))
+                          "shadow": res["comparison"], "same_seed_env": same}))
     return 0
 
 
