@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hil.bus_config import bus_input_names
+from hil.errors import ConfigError
 from hil.gaps.pipeline import GapPipeline
 from hil.gym.config import GymSection
 from hil.gym.expr import Expression
@@ -72,6 +73,9 @@ class ScenarioModel:
                 self.profiles.append(Profile(i, np.array([p[0] for p in pts], float),
                                              np.array([p[1] for p in pts], float)))
         self.action_names = bus_input_names(sc, spec)
+        if not self.action_names:
+            raise ConfigError("inputs", f"scenario {sc.name!r} has no input with driver = 'bus': an env's action "
+                                        "is the bus-driven inputs (the policy's)")
         self.action_index = np.array([spec.index("inputs", n) for n in self.action_names], dtype=np.intp)
         self.u_lo, self.u_hi = spec.lows("inputs"), spec.highs("inputs")
         self.x_lo, self.x_hi = spec.lows("states"), spec.highs("states")

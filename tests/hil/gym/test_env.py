@@ -158,3 +158,9 @@ def test_registered_id_builds_the_same_env_through_gymnasium_make():
         r2 = direct.step(a)
     np.testing.assert_array_equal(r1[0], r2[0])
     assert r1[1] == r2[1]
+
+
+def test_a_scenario_without_bus_inputs_is_refused_with_the_reason():
+    with pytest.raises(ConfigError) as exc:
+        hil.gym.make(CONFIG.parent / "bioreactor_gaps.toml")
+    assert "driver = 'bus'" in str(exc.value)
