@@ -2,7 +2,7 @@
 
 A scenario file has core sections validated here ([scenario], [plant], [loop], [inputs.*],
 [recording]) and subsystem sections validated by their own modules ([modbus], [opcua],
-[softplc], [gaps], [bus], [safety], [policy]). Any section model may define
+[softplc], [gaps], [bus], [safety], [policy], [gym]). Any section model may define
 
     validate_against(self, spec: PlantSpec, scenario: Scenario) -> list[tuple[str, str]]
 
@@ -192,6 +192,7 @@ class Scenario(StrictModel):
     bus: Any = None
     safety: Any = None
     policy: Any = None
+    gym: Any = None
 
     @property
     def name(self) -> str:
@@ -207,6 +208,7 @@ SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
     "bus": ("hil.bus_config", "BusSection"),
     "safety": ("hil.safety.config", "SafetySection"),
     "policy": ("hil.safety.config", "PolicySection"),
+    "gym": ("hil.gym.config", "GymSection"),
 }
 
 

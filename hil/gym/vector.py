@@ -1,0 +1,163 @@
+"""`HilVectorEnv`: N randomized instances of a scenario stepped in one Numba `prange` call.
+
+Every instance runs exactly the single env's step (hil/gym/env.py, itself the lockstep
+loop's): the clip, the actuation gaps, the plant, the sensor gaps, all inside
+hil/gym/kernels.py `batch_step` (no GIL, all cores); features, reward and stops are numpy
+over the N rows. Instance i with seed s_i and episode e is bit for bit the single env's
+episode e of seed s_i.
+
+Seeding: `reset(seed=s)` gives instance i the seed s + i (episode 0); a list gives each its
+own; `reset()` without a seed starts each instance's next episode (the very first reset uses
+loop.seed + i). Autoreset: gymnasium's NEXT_STEP mode: the step after an instance terminated
+or truncated resets it (next episode of its seed; reward 0, not done) instead of stepping it.
+`options={"reset_mask": mask}` resets only the masked instances.
+
+info (arrays over the instances): `x` true states, `y` true outputs, `u_applied`, `clipped`
+(loop clips this step), `diverged`, `state_out_of_bounds`, `limit` (bool), `episode`, `seed`,
+`t_s`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from hil.gym.kernels import batch_step, batch_step_serial
+from hil.gym.model import ScenarioModel
+from hil.gym.signals import Features, limits_violated
+
+
+PARALLEL_MIN = 16  # instances from which a parallel region pays for its barrier
+
+
+class HilVectorEnv(VectorEnv):
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, scenario, num_envs: int, *, scenario_path: str | None = None,
+                 parallel: bool | None = None):
+        """parallel: step the instances on every core (default: from PARALLEL_MIN instances on)."""
+        if int(num_envs) < 1:
+            raise ValueError(f"num_envs must be >= 1, not {num_envs}")
+        self.model = m = ScenarioModel(scenario)
+        self.scenario_path = scenario_path
+        self.num_envs = N = int(num_envs)
+        self.action_names, self.feature_names = m.action_names, m.feature_names
+        n_f = len(m.feature_names)
+        self.single_action_space = spaces.Box(m.a_lo.copy(), m.a_hi.copy(), dtype=np.float64)
+        self.single_observation_space = spaces.Box(-np.inf, np.inf, (n_f,), dtype=np.float64)
+        self.action_space = batch_space(self.single_action_space, N)
+        self.observation_space = batch_space(self.single_observation_space, N)
+        self.template = m.gaps(m.seed)
+        self.seeds = m.seed + np.arange(N, dtype=np.int64)
+        self.episodes = np.full(N, -1, dtype=np.int64)
+        self.K = np.zeros(N, dtype=np.int64)
+        self.Tp = np.zeros(N)
+        self.X = np.repeat(m.x0[None, :], N, axis=0)
+        self.P = np.repeat(m.p0[None, :], N, axis=0)
+        self.Ucmd = np.repeat(m.u0[None, :], N, axis=0)
+        self.Uclip = np.zeros((N, m.n_u))
+        self.Uapp = self.Ucmd.copy()
+        self.Uprev = self.Ucmd.copy()
+        self.Y = np.zeros((N, m.n_y))
+        self.Ymeas = np.zeros((N, m.n_y))
+        self.Aact = np.repeat(self.template._act_buf[None, :], N, axis=0)
+        self.Asen = np.repeat(self.template._sense_buf[None, :], N, axis=0)
+        self.W = np.zeros((N, 5, m.n_x))
+        self.counts = np.zeros((N, 2), dtype=np.int64)
+        self.status = np.zeros(N, dtype=np.int64)
+        self.run = np.ones(N, dtype=np.bool_)
+        self.features = Features(m, (N,))
+        self.obs = np.zeros((N, n_f))
+        self.reward = np.zeros(N)
+        self.autoreset = np.zeros(N, dtype=bool)
+        self.drawn: list[dict] = [{} for _ in range(N)]
+        self.parallel = N >= PARALLEL_MIN if parallel is None else bool(parallel)
+        self._kernel = batch_step if self.parallel else batch_step_serial
+        self._y0 = np.zeros(m.n_y)
+        self._ym0 = np.zeros(m.n_y)
+        self._x0 = m.x0.copy()
+        self._u0 = m.u0.copy()
+
+    # ---- episodes ----
+    def _reset_rows(self, rows: np.ndarray) -> None:
+        m, g = self.model, self.template
+        for i in rows:
+            self.episodes[i] += 1
+            self.drawn[i] = m.begin_episode(g, int(self.seeds[i]), int(self.episodes[i]), self.P[i])
+            m.plant_outputs(self._x0, self._u0, self.P[i], self._y0)
+            g.sense(0.0, self._y0, self._ym0)  # the loop's initial publish
+            self.Aact[i] = g._act_buf
+            self.Asen[i] = g._sense_buf
+            self.Y[i] = self._y0
+            self.Ymeas[i] = self._ym0
+        self.X[rows] = m.x0
+        self.Ucmd[rows] = m.u0
+        self.Uapp[rows] = m.u0
+        self.Uprev[rows] = m.u0
+        self.Tp[rows] = 0.0
+        self.K[rows] = 0
+        self.counts[rows] = 0
+        self.features.first[rows] = True
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=int(seed) if seed is not None and np.isscalar(seed) else None)
+        N = self.num_envs
+        mask = np.ones(N, dtype=bool)
+        if options and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"], dtype=bool)
+        if seed is not None:
+            seeds = (int(seed) + np.arange(N)) if np.isscalar(seed) else np.asarray(seed, dtype=np.int64)
+            if seeds.shape != (N,):
+                raise ValueError(f"seed: one int or {N} ints")
+            self.seeds[mask] = seeds[mask]
+            self.episodes[mask] = -1
+        rows = np.flatnonzero(mask)
+        self._reset_rows(rows)
+        self.autoreset[rows] = False
+        self.features.build(self.Ymeas, self.Uapp, self.obs)
+        info = {"seed": self.seeds.copy(), "episode": self.episodes.copy()}
+        return self.obs.copy(), info
+
+    # ---- step ----
+    def step(self, actions):
+        m = self.model
+        a = np.asarray(actions, dtype=np.float64)
+        if a.shape != (self.num_envs, len(self.action_names)):
+            raise ValueError(f"actions: expected shape {(self.num_envs, len(self.action_names))}, got {a.shape}")
+        resetting = np.flatnonzero(self.autoreset)
+        if resetting.size:
+            self._reset_rows(resetting)
+        np.logical_not(self.autoreset, out=self.run)
+        t = self.K * m.step_s
+        for prof in m.profiles:
+            v = prof.value_at(t)
+            ok = ~np.isnan(v)
+            self.Ucmd[ok, prof.index] = v[ok]
+        self.Ucmd[:, m.action_index] = a
+        np.copyto(self.Uprev, self.Uapp)
+        c0 = self.counts.sum(axis=1)
+        self._kernel(m.plant_step, m.plant_outputs, self.run, self.K, self.Tp, self.X, self.P, self.Ucmd,
+                   self.Uclip, self.Uapp, self.Y, self.Ymeas, self.Aact, self.Asen, self.W, self.counts,
+                   self.status, m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, m.step_s, m.dt_plant, m.substeps)
+        self.features.build(self.Ymeas, self.Uapp, self.obs)
+        t_end = self.K * m.step_s
+        sig = {"x": self.X, "y": self.Y, "meas": self.Ymeas, "u": self.Uapp, "cmd": self.Uclip,
+               "du": self.Uapp - self.Uprev, "t_s": t_end}
+        diverged = self.status < 0
+        out = self.status > 0 if m.gym.state_bounds else np.zeros(self.num_envs, dtype=bool)
+        limit = limits_violated(m, self.X, self.Y) & ~diverged if m.limits else np.zeros(self.num_envs, bool)
+        terminated = (diverged | out | limit) & self.run
+        with np.errstate(all="ignore"):
+            reward = np.broadcast_to(np.asarray(m.reward(sig), dtype=np.float64), (self.num_envs,)).copy()
+        reward[diverged] = 0.0
+        reward[terminated] += m.gym.terminal_reward
+        reward[~self.run] = 0.0
+        truncated = (self.K >= m.max_steps) & ~terminated & self.run
+        self.autoreset = terminated | truncated
+        info = {"x": self.X.copy(), "y": self.Y.copy(), "u_applied": self.Uapp.copy(),
+                "clipped": self.counts.sum(axis=1) - c0, "diverged": diverged & self.run,
+                "state_out_of_bounds": out & self.run, "limit": limit & self.run,
+                "episode": self.episodes.copy(), "seed": self.seeds.copy(), "t_s": t_end}
+        return self.obs.copy(), reward, terminated, truncated, info
