@@ -16,6 +16,8 @@ Column map (TOML), every key optional:
     feed_Lph = { to = "feed_rate", unit = "L/h" }  # unit converted to the plant unit
     temp_C = { to = "temperature", role = "state", unit = "degC" }  # prescribed state
     pH_raw = { to = "ph", scale = 0.01, offset = 0.0 }  # plant = scale * raw + offset
+    pump_cmd = { to = "feed_rate", lag_s = 600.0 }  # known actuator lag: the plant sees the
+                                                    # command through a first-order lag
     antifoam_mL = { role = "extra" }               # kept for the residual model and audit
 
     [inputs.base_flow]         # an input the log does not carry
@@ -92,6 +94,7 @@ class ColumnSpec:
     role: str  # output | input | state | extra
     scale: float = 1.0
     offset: float = 0.0
+    lag_s: float = 0.0   # inputs: a known first-order actuator lag between command and plant
 
 
 @dataclass
@@ -159,7 +162,11 @@ class ColumnMap:
                     problems.append((f"{key}.unit", str(exc)))
                     continue
                 scale, offset = scale * s2, offset * s2 + o2
-            cm.columns.append(ColumnSpec(col, to, role, scale, offset))
+            lag = float(entry.get("lag_s", 0.0))
+            if lag < 0 or (lag and role != "input"):
+                problems.append((f"{key}.lag_s", "a lag >= 0 s, on inputs only"))
+                continue
+            cm.columns.append(ColumnSpec(col, to, role, scale, offset, lag))
         for name, entry in data.get("inputs", {}).items():
             key = f"inputs.{name}"
             if name not in ins:
@@ -350,6 +357,8 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
         elif c.role == "input":
             j = spec.index("inputs", c.signal)
             U[:, j] = _hold(v, U[0, j])
+            if c.lag_s > 0:
+                U[:, j] = lag_filter(t, U[:, j], c.lag_s)
         else:
             extras[c.signal if c.signal != c.column else c.column] = v
     for name, value in cm.fixed_inputs.items():
@@ -369,6 +378,18 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
                        source=source)
     name = path.stem if not path.is_dir() else path.name
     return RunLog(name, t, U, Y, X, extras, source)
+
+
+def lag_filter(t_s: np.ndarray, v: np.ndarray, tau_s: float) -> np.ndarray:
+    """What a first-order lag (time constant tau_s) makes of the command v held between
+    samples t_s: the applied value at each sample, exact ZOH discretization; the input
+    applied over [t_k, t_k+1) is then taken as this value (the log keeps the command)."""
+    out = np.empty_like(v)
+    out[0] = v[0]
+    for k in range(1, v.size):
+        a = math.exp(-(t_s[k] - t_s[k - 1]) / tau_s)
+        out[k] = a * out[k - 1] + (1 - a) * v[k - 1]
+    return out
 
 
 def _hold(v: np.ndarray, first: float) -> np.ndarray:

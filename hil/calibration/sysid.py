@@ -15,8 +15,8 @@ at every segment start is a free variable and the continuity defects are residua
 Its result seeds a final single-shooting polish, whose Jacobian gives the intervals.
 
 Intervals: sandwich covariance bread * meat * bread with bread = (J'J)^-1 and a meat that
-inflates each output's block by (1 + rho_j) / (1 - rho_j), rho_j the lag-1 autocorrelation
-of its residuals (correlated residuals carry less information than white ones). 95 %
+inflates each output's block by its residuals' long-run variance factor (Bartlett window;
+correlated residuals carry less information than white ones). 95 %
 intervals are +/- 1.96 std. `profile_interval` checks one parameter by profile likelihood.
 """
 
@@ -67,6 +67,7 @@ class FitResult:
     init_states: list[str] = field(default_factory=list)
     init_values: list[np.ndarray] = field(default_factory=list)
     jac_singular_values: np.ndarray | None = None
+    biases: dict = field(default_factory=dict)   # output -> fitted sensor bias, plant units
 
     def as_dict(self) -> dict:
         return {n: {"value": float(v), "std": float(s), "ci95": [float(a), float(b)]}
@@ -77,7 +78,7 @@ class SysIdProblem:
     """Everything a fit needs: plant module, runs, which parameters and states are free."""
 
     def __init__(self, module, runs, params, *, base_params=None, x0=None, init_states=(),
-                 outputs=None, sigma=None, correction=None):
+                 outputs=None, sigma=None, correction=None, bias_outputs=()):
         self.module = module
         self.spec = spec = module.SPEC
         self.runs = list(runs)
@@ -108,6 +109,12 @@ class SysIdProblem:
         if sigma:
             for n, s in sigma.items():
                 self.sigma[spec.index("outputs", n)] = float(s)
+        # sensor biases fitted with the parameters (shared by all runs): y_meas = y_model + b_j
+        self.bias_outputs = list(bias_outputs)
+        for n in self.bias_outputs:
+            if n not in self.outputs:
+                raise ValueError(f"bias output {n!r} is not a fitted output")
+        self.b_pos = np.array([self.outputs.index(n) for n in self.bias_outputs], dtype=np.int64)
         # measured sample masks per run
         self.masks = [np.isfinite(r.Y[:, self.o_idx]) for r in self.runs]
         lo, hi = spec.lows("params")[self.p_idx], spec.highs("params")[self.p_idx]
@@ -122,7 +129,15 @@ class SysIdProblem:
     # ---- parameter vector <-> plant arrays ----
     @property
     def n_theta(self) -> int:
-        return len(self.params) + len(self.init_states) * len(self.runs)
+        return len(self.params) + len(self.init_states) * len(self.runs) + len(self.bias_outputs)
+
+    def bias_of(self, theta) -> np.ndarray:
+        """Per fitted output (self.outputs order) sensor bias, plant units."""
+        b = np.zeros(len(self.outputs))
+        nb = len(self.bias_outputs)
+        if nb:
+            b[self.b_pos] = theta[-nb:] * self.sigma[self.o_idx][self.b_pos]
+        return b
 
     def p_of(self, theta) -> np.ndarray:
         p = self.base_p.copy()
@@ -142,6 +157,8 @@ class SysIdProblem:
         for r in range(len(self.runs)):
             lo += list((self.s_lo - self.x0[r][self.s_idx]) / self.s_scale)
             hi += list((self.s_hi - self.x0[r][self.s_idx]) / self.s_scale)
+        lo += [-np.inf] * len(self.bias_outputs)
+        hi += [np.inf] * len(self.bias_outputs)
         return np.array(lo), np.array(hi)
 
     def theta_of(self, values=None) -> np.ndarray:
@@ -151,10 +168,11 @@ class SysIdProblem:
         return th
 
     # ---- residuals ----
-    def _run_residuals(self, r: int, Ysim: np.ndarray) -> np.ndarray:
+    def _run_residuals(self, r: int, Ysim: np.ndarray, bias=None) -> np.ndarray:
         run = self.runs[r]
         m = self.masks[r]
-        diff = (Ysim[:, self.o_idx] - run.Y[:, self.o_idx]) / self.sigma[self.o_idx]
+        b = 0.0 if bias is None else bias
+        diff = (Ysim[:, self.o_idx] + b - run.Y[:, self.o_idx]) / self.sigma[self.o_idx]
         out = diff[m]
         bad = ~np.isfinite(out)
         if bad.any():
@@ -166,7 +184,7 @@ class SysIdProblem:
         parts = []
         for r, run in enumerate(self.runs):
             Ysim, _, _, _ = self.sim.run(run, p, self.x0_of(theta, r))
-            parts.append(self._run_residuals(r, Ysim))
+            parts.append(self._run_residuals(r, Ysim, self.bias_of(theta)))
         return np.concatenate(parts)
 
     def simulate(self, theta):
@@ -242,6 +260,8 @@ class SysIdProblem:
         for (r, s, n_out, has_def, row0) in row_blocks:
             n_here = n_out + (nx if has_def else 0)
             sparsity[row0:row0 + n_here, :len(self.params)] = 1
+            if self.bias_outputs:
+                sparsity[row0:row0 + n_out, nth - len(self.bias_outputs):nth] = 1
             if s == 0 and ns:
                 off = len(self.params) + r * ns
                 sparsity[row0:row0 + n_here, off:off + ns] = 1
@@ -268,7 +288,8 @@ class SysIdProblem:
                 last = not has_def
                 kk = slice(k0, k1 + 1 if last else k1)
                 m = self.masks[r][kk]
-                d = ((Ysim[kk][:, self.o_idx] - run.Y[kk][:, self.o_idx]) / self.sigma[self.o_idx])[m]
+                d = ((Ysim[kk][:, self.o_idx] + self.bias_of(theta) - run.Y[kk][:, self.o_idx])
+                     / self.sigma[self.o_idx])[m]
                 out[row0:row0 + n_out] = d
                 if has_def:
                     nxt = z[node_base[(r, s + 1)]:node_base[(r, s + 1)] + nx] * xs
@@ -295,13 +316,16 @@ class SysIdProblem:
         nfev += sol.nfev
         if reweight:
             r = sol.fun
+            x = sol.x.copy()
             blocks = self.output_blocks()
             for pos, j in enumerate(self.o_idx):
                 rr = r[blocks == pos]
                 rms = float(np.sqrt(np.mean(rr ** 2))) if rr.size else 1.0
                 if math.isfinite(rms) and rms > 0:
                     self.sigma[j] *= rms
-            sol = least_squares(self.residuals, sol.x, bounds=(lo, hi), method="trf", x_scale="jac",
+                    if self.outputs[pos] in self.bias_outputs:  # keep the bias in plant units
+                        x[self.n_theta - len(self.bias_outputs) + self.bias_outputs.index(self.outputs[pos])] /= rms
+            sol = least_squares(self.residuals, x, bounds=(lo, hi), method="trf", x_scale="jac",
                                 max_nfev=max_nfev, verbose=verbose)
             nfev += sol.nfev
         return self._result(sol, nfev)
@@ -318,9 +342,8 @@ class SysIdProblem:
             sel = blocks == pos
             rr = r[sel]
             # lag-1 autocorrelation within runs (adjacent residual pairs of one output)
-            rho_j = _lag1(rr)
-            rho[j] = rho_j
-            f = (1 + rho_j) / (1 - rho_j) if rho_j > 0 else 1.0
+            rho[j] = _lag1(rr)
+            f = long_run_factor(rr)
             s2 = float(np.mean(rr ** 2)) if rr.size else 1.0
             Jj = J[sel]
             meat += f * s2 * (Jj.T @ Jj)
@@ -354,6 +377,7 @@ class SysIdProblem:
             init_states=self.init_states,
             init_values=[self.x0_of(theta, i)[self.s_idx] for i in range(len(self.runs))] if ns else [],
             jac_singular_values=sv,
+            biases={n: float(b) for n, b in zip(self.outputs, self.bias_of(theta)) if n in self.bias_outputs},
         )
 
     def profile_interval(self, result: FitResult, name: str, n_points: int = 7, width: float = 3.0,
@@ -363,17 +387,19 @@ class SysIdProblem:
         Returns dict(grid, delta_chi2, ci95) in plant units."""
         i = self.params.index(name)
         theta_hat = self.theta_of(result.values)
-        theta_hat[len(self.params):] = 0.0
+        for pos, n in enumerate(self.bias_outputs):
+            theta_hat[self.n_theta - len(self.bias_outputs) + pos] = (
+                result.biases[n] / self.sigma[self.spec.index("outputs", n)])
         if self.init_states:
             for r in range(len(self.runs)):
-                off = len(self.params) + r * len(self.init_states)
+                off = len(self.params) + r * len(self.init_states)  # noqa: E501
                 theta_hat[off:off + len(self.init_states)] = (
                     (result.init_values[r] - self.x0[r][self.s_idx]) / self.s_scale)
         lo, hi = self.bounds()
         free = np.array([j for j in range(theta_hat.size) if j != i])
         blocks = self.output_blocks()
-        rho = result.rho[self.o_idx]
-        infl = np.array([(1 + p) / (1 - p) if p > 0 else 1.0 for p in rho])
+        r_hat = self.residuals(theta_hat)
+        infl = np.array([long_run_factor(r_hat[blocks == pos]) for pos in range(len(self.o_idx))])
 
         def chi2(th):
             rr = self.residuals(th)
@@ -407,6 +433,23 @@ def _crossing(x, d, level=3.841458820694124):
             f = (level - d[a]) / (d[a + 1] - d[a])
             return float(x[a] + f * (x[a + 1] - x[a]))
     return math.nan
+
+
+def long_run_factor(r: np.ndarray) -> float:
+    """Long-run variance / variance of a residual series (Bartlett window, bandwidth
+    2 sqrt(n)): how much less information correlated residuals carry than white ones, >= 1."""
+    n = r.size
+    if n < 8:
+        return 1.0
+    a = r - r.mean()
+    g0 = float(a @ a)
+    if g0 <= 0:
+        return 1.0
+    L = min(int(2 * math.sqrt(n)), n // 4)
+    f = 1.0
+    for lag in range(1, L + 1):
+        f += 2.0 * (1.0 - lag / (L + 1)) * float(a[:-lag] @ a[lag:]) / g0
+    return max(f, 1.0)
 
 
 def _lag1(r: np.ndarray) -> float:
@@ -456,11 +499,15 @@ def per_run_fits(problem: SysIdProblem, pooled: FitResult, **kw) -> list[FitResu
         sub = SysIdProblem(problem.module, [run], problem.params, base_params=problem.base_p,
                            x0=[problem.x0[r]], init_states=problem.init_states, outputs=problem.outputs,
                            sigma={n: problem.sigma[problem.spec.index("outputs", n)] for n in problem.outputs},
-                           correction=None)
+                           correction=None, bias_outputs=problem.bias_outputs)
         sub.sim = problem.sim
         th = sub.theta_of(pooled.values)
+        for pos, n in enumerate(problem.bias_outputs):
+            th[sub.n_theta - len(problem.bias_outputs) + pos] = pooled.biases[n] / sub.sigma[sub.spec.index("outputs", n)]
         if problem.init_states:
-            th[len(problem.params):] = (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale
+            ns = len(problem.init_states)
+            th[len(problem.params):len(problem.params) + ns] = (
+                (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale)
         out.append(sub.fit(th, reweight=False, **kw))
     return out
 
