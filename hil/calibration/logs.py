@@ -247,8 +247,10 @@ _NA = {"", "nan", "NaN", "NA", "N/A", "null", "None", "-"}
 
 def _numeric(df, col: str, source: str) -> np.ndarray:
     """A column as float64; a cell that is not a number raises LogError naming column and row."""
+    import pandas as pd
+
     s = df[col]
-    if s.dtype == object:
+    if not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)):
         out = np.empty(len(s))
         for i, v in enumerate(s.to_numpy()):
             if v is None or (isinstance(v, str) and v.strip() in _NA):

@@ -118,7 +118,7 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None) -> None:
         echo(f"sensor {n}: {shown}")
 
 
-def heldout_rmse(problem, p, x0s, runs, sim) -> dict[str, float]:
+def heldout_rmse(problem, p, x0s, runs, sim, bias=None) -> dict[str, float]:
     """Noise-weighted RMS error per output over `runs` (open-loop from each run's start)."""
     spec = problem.spec
     out = {}
@@ -127,7 +127,8 @@ def heldout_rmse(problem, p, x0s, runs, sim) -> dict[str, float]:
         Ysim = sim.run(run, p, x0)[0]
         for n in problem.outputs:
             j = spec.index("outputs", n)
-            d = (Ysim[:, j] - run.Y[:, j]) / problem.sigma[j]
+            b = 0.0 if bias is None else bias[problem.outputs.index(n)]
+            d = (Ysim[:, j] + b - run.Y[:, j]) / problem.sigma[j]
             sq[n].append(d[np.isfinite(d)])
     for n, parts in sq.items():
         a = np.concatenate(parts) if parts else np.zeros(0)

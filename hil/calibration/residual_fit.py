@@ -22,7 +22,9 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     """Returns (model, report) where report holds the held-out (or training, if none held
     out) noise-weighted RMS error per output without and with the correction."""
     spec = problem.spec
-    sims = problem.simulate(problem.theta_of(pooled.values) if not pooled.init_states else _theta(problem, pooled))
+    theta = _theta(problem, pooled)
+    bias = problem.bias_of(theta)
+    sims = problem.simulate(theta)
     X = np.concatenate([s[1] for s in sims])
     U = np.concatenate([r.U for r in problem.runs])
     Z = np.concatenate([X, U], axis=1)
@@ -51,7 +53,7 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
         parts = []
         for r, run in enumerate(problem.runs):
             Ysim = sim.run(run, p, x0s[r])[0]
-            parts.append(problem._run_residuals(r, Ysim))
+            parts.append(problem._run_residuals(r, Ysim, bias))
         parts.append(np.sqrt(ridge) * w)
         return np.concatenate(parts)
 
@@ -60,8 +62,8 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     runs = heldout if heldout else problem.runs
     x0h = heldout_x0 if heldout else x0s
     base = RunSimulator(problem.module)
-    before = heldout_rmse(problem, p, x0h, runs, base)
-    after = heldout_rmse(problem, p, x0h, runs, sim)
+    before = heldout_rmse(problem, p, x0h, runs, base, bias)
+    after = heldout_rmse(problem, p, x0h, runs, sim, bias)
     report = {"states": list(states), "features": list(features),
               "evaluated_on": "held-out runs" if heldout else "training runs",
               "rmse_without": before, "rmse_with": after,
@@ -70,9 +72,14 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
 
 
 def _theta(problem, pooled):
+    """The problem's theta vector of a fit result (parameters, initial states, biases)."""
     th = problem.theta_of(pooled.values)
     ns = len(problem.init_states)
-    for r in range(len(problem.runs)):
-        off = len(problem.params) + r * ns
-        th[off:off + ns] = (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale
+    if ns:
+        for r in range(len(problem.runs)):
+            off = len(problem.params) + r * ns
+            th[off:off + ns] = (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale
+    nb = len(problem.bias_outputs)
+    for pos, n in enumerate(problem.bias_outputs):
+        th[problem.n_theta - nb + pos] = pooled.biases[n] / problem.sigma[problem.spec.index("outputs", n)]
     return th

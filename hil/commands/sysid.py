@@ -19,6 +19,7 @@ import click
 @click.option("--params", required=True, help="Comma-separated plant parameters to fit.")
 @click.option("--init", "init_states", default="", help="Comma-separated initial states to fit per run.")
 @click.option("--outputs", default=None, help="Comma-separated outputs to fit (default: every measured one).")
+@click.option("--bias", "bias_outputs", default="", help="Comma-separated outputs whose sensor bias is fitted with the parameters.")
 @click.option("--noise-outputs", default=None, help="Outputs whose sensor gaps to fit (default: every measured one).")
 @click.option("--shooting-h", type=float, default=None,
               help="Multiple-shooting segment length, hours of run time (default: single shooting).")
@@ -30,7 +31,7 @@ import click
 @click.option("--unit", default="", help="Identifier of the physical unit the logs come from (read by hil audit).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Fitted TOML to write.")
 @click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
-def command(scenario, data, column_map, params, init_states, outputs, noise_outputs, shooting_h,
+def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, noise_outputs, shooting_h,
             profile_param, residual_states, residual_features, holdout, unit, out, no_plots) -> None:
     """Fit plant parameters, noise profiles and spread to logs of the real unit."""
     from pathlib import Path
@@ -66,7 +67,8 @@ def command(scenario, data, column_map, params, init_states, outputs, noise_outp
             spec.index("params", n)
         problem = sysid.SysIdProblem(module, runs, names, base_params=p0, x0=x0,
                                      init_states=[s for s in init_states.split(",") if s],
-                                     outputs=outputs.split(",") if outputs else None)
+                                     outputs=outputs.split(",") if outputs else None,
+                                     bias_outputs=[b for b in bias_outputs.split(",") if b])
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0])) from None
     except (ConfigError, ValueError) as exc:
