@@ -150,9 +150,16 @@ def _dynamics(ev: Evidence) -> Cell:
                     f"{max(big.values()):.0%}; model the effect, or ship the residual model in the plant step")
     wm = s.get("world_model")
     if wm and wm.get("diverging_regions"):
+        outs = sorted({r.split(" ")[0] for r in wm["diverging_regions"]})
+        wm_step = (f"the world model predicts {', '.join(outs)} better than the simulator in some operating "
+                   "regions: find the effect the simulator misses there")
+        evidence.append(f"world model diverges from the simulator in: {'; '.join(wm['diverging_regions'][:6])}"
+                        + (f" (+{len(wm['diverging_regions']) - 6} more)" if len(wm["diverging_regions"]) > 6 else ""))
+        step = wm_step if status != "amber" or not res else f"{step}; {wm_step}"
         status = "amber"
-        evidence.append(f"world model diverges from the simulator in: {'; '.join(wm['diverging_regions'])}")
-        step = "find the unmodelled effect in those regions (world-model consistency check)"
+    elif wm:
+        evidence.append(f"world model on held-out runs {', '.join(wm.get('heldout_runs', []))}: no region "
+                        "where it beats the simulator")
     return Cell("dynamics", status, evidence, step)
 
 

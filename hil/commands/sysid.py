@@ -28,11 +28,15 @@ import click
 @click.option("--residual-features", default=None, help="x.<state>/u.<input> features (default: all that move).")
 @click.option("--holdout", "holdout", multiple=True, type=click.Path(exists=True),
               help="Held-out run(s) for the residual model's error report.")
+@click.option("--world-model", "world_model", is_flag=True,
+              help="Train a small world-model ensemble and compare it with the simulator on --holdout runs.")
+@click.option("--horizon", type=int, default=60, show_default=True, help="World-model multi-step horizon, samples.")
 @click.option("--unit", default="", help="Identifier of the physical unit the logs come from (read by hil audit).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Fitted TOML to write.")
 @click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
 def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, noise_outputs, shooting_h,
-            profile_param, residual_states, residual_features, holdout, unit, out, no_plots) -> None:
+            profile_param, residual_states, residual_features, holdout, world_model, horizon, unit, out,
+            no_plots) -> None:
     """Fit plant parameters, noise profiles and spread to logs of the real unit."""
     from pathlib import Path
 
@@ -83,10 +87,12 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         set().union(*[r.measured_outputs(spec) for r in runs]))
     profiles = noise.fit_noise_profiles(runs, sims, spec, nouts)
     residual = None
+    held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
+    if world_model and not held:
+        raise click.ClickException("--world-model needs --holdout runs to compare on")
     if residual_states:
         from hil.calibration.residual_fit import fit_residual
 
-        held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
         model, residual = fit_residual(problem, pooled, residual_states.split(","),
                                        residual_features.split(",") if residual_features else None,
                                        heldout=held, heldout_x0=[x0] * len(held) if held else None)
@@ -95,9 +101,25 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         residual["file"] = Path(npz).name
     doc = report.fitted_document(problem, pooled, per_run, spread, profiles, findings, unit=unit,
                                  profile=prof, residual=residual)
+    if world_model:
+        from hil.calibration import worldmodel
+
+        wm = worldmodel.train(runs, spec, problem.outputs)
+        held_sims = [problem.sim.run(r, pooled.p_full, x0)[:2] for r in held]
+        wm_report = worldmodel.compare(wm, held, held_sims, spec, horizon=horizon)
+        doc["sysid"]["world_model"] = {
+            "members": len(wm.coefs), "heldout_runs": [r.name for r in held],
+            "one_step_rmse_sigma": wm_report["one_step_rmse_sigma"],
+            "multi_step_rmse_sigma": wm_report.get("multi_step_rmse_sigma", {}),
+            "diverging_regions": wm_report["diverging_regions"]}
+        click.echo(worldmodel.region_table(wm_report))
+        if not no_plots:
+            Path(out).with_suffix(".plots").mkdir(parents=True, exist_ok=True)
+            f = worldmodel.region_plot(wm_report, Path(out).with_suffix(".plots") / "world_model_regions.png")
+            doc["sysid"]["world_model"]["plot"] = str(Path(f).relative_to(Path(out).parent))
     if not no_plots:
         files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"))
-        doc["sysid"]["plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
+        doc["sysid"]["residual_plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
     report.write_fitted(out, doc)
     report.print_summary(click.echo, pooled, per_run, findings, profiles, prof)
     if residual:

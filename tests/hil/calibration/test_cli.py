@@ -106,7 +106,7 @@ def test_sysid_cli_then_audit_flags_unmodelled_effect(project):
         "--params", "mu_x,Y_xs", "--outputs", "dissolved_oxygen,glucose,biomass,co2",
         "--bias", "glucose", "--residual-states", "co2",
         "--residual-features", "x.co2,u.aeration_rate", "--holdout", str(d / "run3.csv"),
-        "--unit", "BR-07", "--out", str(out), "--no-plots"])
+        "--world-model", "--horizon", "40", "--unit", "BR-07", "--out", str(out)])
     assert r.exit_code == 0, (r.output, r.exc_info)
     doc = tomllib.loads(out.read_text())
     est = doc["sysid"]["estimates"]
@@ -119,6 +119,9 @@ def test_sysid_cli_then_audit_flags_unmodelled_effect(project):
     res = doc["sysid"]["residual_model"]
     assert res["rmse_with"]["co2"] < res["rmse_without"]["co2"]
     assert (d / res["file"]).exists()
+    for f in doc["sysid"]["residual_plots"] + [doc["sysid"]["world_model"]["plot"]]:
+        assert (d / f).stat().st_size > 1000
+    assert doc["sysid"]["world_model"]["diverging_regions"]
     # the fitted [gaps] section is valid scenario input
     from hil.gaps.config import GapsSection
 
@@ -132,7 +135,9 @@ def test_sysid_cli_then_audit_flags_unmodelled_effect(project):
     cells = {c["gap"]: c for c in json.loads(r.output)}
     assert cells["visual"]["status"] == "n/a"
     assert cells["dynamics"]["status"] == "amber"
-    assert "unmodelled effect" in cells["dynamics"]["next_step"] and "co2" in cells["dynamics"]["next_step"]
+    assert "co2" in cells["dynamics"]["next_step"]
+    assert any("world model diverges" in e for e in cells["dynamics"]["evidence"])
+    assert any("residual model on co2" in e for e in cells["dynamics"]["evidence"])
     assert cells["sensor/noise"]["status"] == "amber"  # fitted, not injected in the scenario
     assert cells["latency"]["status"] == "red"
     assert "| dynamics | amber |" in (d / "audit.md").read_text()

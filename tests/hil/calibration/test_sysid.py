@@ -111,3 +111,19 @@ def test_residual_model_reduces_heldout_error(fitted):
     assert rep["rmse_with"]["co2"] < 0.5 * rep["rmse_without"]["co2"], rep
     assert rep["rmse_with"]["biomass"] < 1.1 * rep["rmse_without"]["biomass"]
     assert np.any(model.W != 0)
+
+
+def test_world_model_flags_the_unmodelled_channel_by_region(fitted):
+    from hil.calibration import worldmodel
+
+    runs, pb, res = fitted
+    outs = OUTS + ["co2"]
+    wm = worldmodel.train(runs[:3], truth.SPEC, outs)
+    sims = [pb.sim.run(r, res.p_full, truth.x0())[:2] for r in runs[3:]]
+    rep = worldmodel.compare(wm, runs[3:], sims, truth.SPEC, horizon=60)
+    # the simulator misses the CO2 stripping: only co2 regions diverge, and some do
+    assert rep["diverging_regions"]
+    assert all(d.startswith("co2 ") for d in rep["diverging_regions"]), rep["diverging_regions"]
+    rows = [r for r in rep["regions"] if r["output"] == "co2" and r["variable"] == "aeration_rate"]
+    assert any(r["diverges"] for r in rows)
+    assert "aeration_rate" in worldmodel.region_table(rep)
