@@ -60,6 +60,9 @@ class PlantSection(StrictModel):
         description="RK4 sub-steps per step; default derived from the plant's MAX_SUBSTEP")
     parameters: dict[str, float] = Field(default_factory=dict, description="overrides, plant units")
     initial_state: dict[str, float] = Field(default_factory=dict, description="plant units")
+    residual_model: str | None = Field(
+        default=None, description="residual dynamics model (.npz from `hil sysid --residual-states`), "
+        "applied after every plant step (hil/calibration/residual.py)")
 
 
 class LoopSection(StrictModel):
