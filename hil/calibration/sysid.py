@@ -214,7 +214,7 @@ class SysIdProblem:
             segs.append(nodes)
         return segs
 
-    def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 30, verbose: int = 0):
+    def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbose: int = 0):
         """Fit with free states at every segment start; returns theta (parameters + initial
         states) after continuity is restored (defects weighted by DEFECT_WEIGHT)."""
         spec = self.spec
@@ -273,6 +273,8 @@ class SysIdProblem:
                 for i in range(nx):
                     sparsity[row0 + n_out + i, b + i] = 1
 
+        bufs = [(np.full((r.t_s.size, spec.n_outputs), np.nan), np.empty((r.t_s.size, nx))) for r in self.runs]
+
         def fun(z):
             theta = z[:nth]
             p = self.p_of(theta)
@@ -282,8 +284,7 @@ class SysIdProblem:
                 nodes = segs[r]
                 k0, k1 = nodes[s], nodes[s + 1]
                 x0 = self.x0_of(theta, r) if s == 0 else z[node_base[(r, s)]:node_base[(r, s)] + nx] * xs
-                Ysim = np.full((run.t_s.size, spec.n_outputs), np.nan)
-                Xsim = np.empty((run.t_s.size, nx))
+                Ysim, Xsim = bufs[r]
                 _, _, x_end, _ = self.sim.run(run, p, x0, k0, k1, Ysim, Xsim)
                 last = not has_def
                 kk = slice(k0, k1 + 1 if last else k1)
@@ -303,13 +304,13 @@ class SysIdProblem:
 
     # ---- the fit ----
     def fit(self, theta0=None, *, shooting_s: float | None = None, reweight: bool = True,
-            max_nfev: int = 100, verbose: int = 0) -> FitResult:
+            max_nfev: int = 100, shooting_max_nfev: int = 15, verbose: int = 0) -> FitResult:
         theta = self.theta_of() if theta0 is None else np.array(theta0, float)
         lo, hi = self.bounds()
         theta = np.clip(theta, lo, hi)
         nfev = 0
         if shooting_s is not None and any(r.duration_s > shooting_s for r in self.runs):
-            theta, sol = self.multiple_shooting(theta, shooting_s, verbose=verbose)
+            theta, sol = self.multiple_shooting(theta, shooting_s, shooting_max_nfev, verbose=verbose)
             nfev += sol.nfev
         sol = least_squares(self.residuals, theta, bounds=(lo, hi), method="trf", x_scale="jac",
                             max_nfev=max_nfev, verbose=verbose)

@@ -149,3 +149,41 @@ def test_audit_without_evidence_is_red(tmp_path):
     cells = {c["gap"]: c["status"] for c in json.loads(r.output)}
     assert cells == {"visual": "n/a", "dynamics": "red", "sensor/noise": "red",
                      "contact/actuator": "red", "latency": "red", "safety wrapper": "red"}
+
+
+def test_unlogged_inputs_fixed_or_profile(project):
+    cm = ColumnMap.from_dict({"time": {"column": "time_h", "unit": "h"},
+                              "columns": {"glc": "glucose"},
+                              "inputs": {"aeration_rate": {"profile": [[0.0, 8.0], [3600.0, 12.0]]},
+                                         "agitation_power": {"value": 40.0}}}, truth.SPEC)
+    run = read_run(project / "run0.csv", truth.SPEC, cm)
+    air = run.U[:, truth.SPEC.index("inputs", "aeration_rate")]
+    assert np.all(air[run.t_s < 3600.0] == 8.0) and np.all(air[run.t_s >= 3600.0] == 12.0)
+    assert np.all(run.U[:, truth.SPEC.index("inputs", "agitation_power")] == 40.0)
+    with pytest.raises(LogError, match="inputs.agitation_power: give exactly one of value or profile"):
+        ColumnMap.from_dict({"inputs": {"agitation_power": {"value": 1.0, "profile": [[0, 1]]}}}, truth.SPEC)
+
+
+def test_hil_recording_is_valid_input_and_fits(tmp_path):
+    """A hil run (what a HIL session against a real PLC records) calibrates like a unit log."""
+    from hil.calibration.sysid import SysIdProblem
+    from hil.config import parse_scenario
+    from hil.runtime import Runtime
+    from tests.hil.test_config import _with
+
+    sc = parse_scenario(_with(loop__step_s=30.0, plant__parameters={"mu_x": 0.1},
+                              plant__initial_state={"biomass": 1.0},
+                              inputs__feed_rate={"driver": "profile",
+                                                 "profile": [[0.0, 0.03], [7200.0, 0.07]]},
+                              gaps={"sensors": {"biomass": {"noise_std": 0.02}}}))
+    with Runtime(sc, lockstep=True, duration_s=4 * 3600.0, record_path=str(tmp_path / "rec")) as rt:
+        rt.run()
+    run = read_run(tmp_path / "rec", truth.SPEC)
+    assert run.t_s[0] == 0.0 and np.isfinite(run.Y[:, truth.SPEC.index("outputs", "biomass")]).all()
+    assert run.U[:, 0].max() == pytest.approx(0.07)
+    x0 = truth.SPEC.nominal("states")
+    x0[0] = 1.0
+    # t_s of a recording is the end of each step: the first row is after one step
+    res = SysIdProblem(truth.MODULE, [run], ["mu_x"], x0=None, init_states=["biomass"],
+                       outputs=["biomass"]).fit()
+    assert res.ci95[0][0] <= 0.1 <= res.ci95[0][1], res.values
