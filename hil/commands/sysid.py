@@ -9,6 +9,12 @@ from __future__ import annotations
 import click
 
 
+class BadInput(click.ClickException):
+    """A bad scenario, column map or log: exit code 2, as every configuration error."""
+
+    exit_code = 2
+
+
 @click.command("sysid")
 @click.option("--scenario", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Scenario TOML: plant, parameter overrides, initial state, fixed/profile inputs.")
@@ -74,9 +80,9 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
                                      outputs=outputs.split(",") if outputs else None,
                                      bias_outputs=[b for b in bias_outputs.split(",") if b])
     except KeyError as exc:
-        raise click.ClickException(str(exc.args[0])) from None
+        raise BadInput(str(exc.args[0])) from None
     except (ConfigError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
     pooled = problem.fit(shooting_s=shooting_h * 3600.0 if shooting_h else None)
     per_run = sysid.per_run_fits(problem, pooled) if len(runs) > 1 else [pooled]
     spread = sysid.spread_ranges(problem, pooled, per_run)
@@ -87,9 +93,12 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         set().union(*[r.measured_outputs(spec) for r in runs]))
     profiles = noise.fit_noise_profiles(runs, sims, spec, nouts)
     residual = None
-    held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
+    try:
+        held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
     if world_model and not held:
-        raise click.ClickException("--world-model needs --holdout runs to compare on")
+        raise BadInput("--world-model needs --holdout runs to compare on")
     if residual_states:
         from hil.calibration.residual_fit import fit_residual
 

@@ -187,3 +187,17 @@ def test_hil_recording_is_valid_input_and_fits(tmp_path):
     res = SysIdProblem(truth.MODULE, [run], ["mu_x"], x0=None, init_states=["biomass"],
                        outputs=["biomass"]).fit()
     assert res.ci95[0][0] <= 0.1 <= res.ci95[0][1], res.values
+
+
+def test_sysid_cli_bad_log_exit_2_naming_column_and_row(project, tmp_path):
+    bad = tmp_path / "bad.csv"
+    text = (project / "run0.csv").read_text().splitlines()
+    cols = text[1].split(",")
+    cols[1] = "n/a?"  # DO_pct of data row 1
+    text[1] = ",".join(cols)
+    bad.write_text("\n".join(text) + "\n")
+    r = CliRunner().invoke(main, ["sysid", "--scenario", str(project / "scenario.toml"),
+                                  "--map", str(project / "map.toml"), "--data", str(bad),
+                                  "--params", "mu_x", "--out", str(tmp_path / "f.toml")])
+    assert r.exit_code == 2
+    assert "column 'DO_pct', row 1: 'n/a?' is not a number" in r.output
