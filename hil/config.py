@@ -65,7 +65,7 @@ class ScenarioMeta(StrictModel):
 
 class PlantSection(StrictModel):
     """[plant]: the plant module and, for a plant built from a model file, its options: every
-    key besides the four below is passed to the plant's `build(options)` (`case = "case118.m"`,
+    key besides the five below is passed to the plant's `build(options)` (`case = "case118.m"`,
     `urdf = ...`); its FILE_OPTIONS are paths, relative to the scenario file."""
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=False)
@@ -77,6 +77,10 @@ class PlantSection(StrictModel):
     parameters: dict[str, float] = Field(default_factory=dict, description="overrides, plant units")
     initial_state: dict[str, float] = Field(
         default_factory=dict, description="plant units; states, or discrete states (integers)")
+
+    residual_model: str | None = Field(
+        default=None, description="residual dynamics model (.npz from `hil sysid --residual-states`), "
+        "applied after every plant step (hil/calibration/residual.py)")
 
     @property
     def options(self) -> dict:

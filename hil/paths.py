@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 PATH_KEYS: tuple[str, ...] = (
-    "recording.path",
+    "recording.path", "plant.residual_model",
     "modbus.request_log", "modbus.client_stats",
     "opcua.security.certificate", "opcua.security.private_key", "opcua.security.trusted_clients_dir",
     "softplc.record",

@@ -44,11 +44,12 @@ import numpy as np
 from hil import rt
 from hil.clock import LockstepClock, RealtimeClock
 from hil.config import Scenario
-from hil.errors import PlantDiverged
+from hil.errors import ConfigError, PlantDiverged
 from hil.gc_control import LoopGc
 from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch,
                         InputWatch, StateBounds)
 from hil.image import ProcessImage
+from hil.calibration.residual import apply_correction
 from hil.loop_kernels import check_state, clip_inputs, take_into
 from hil.recorder import Recorder, RecorderDied, columns_for
 from hil.status import StatusReporter
@@ -163,6 +164,7 @@ class Runtime:
             else:  # a discrete state (validated in hil/config.py)
                 self.plant.d[spec.index("discrete", name)] = int(value)
         self.plant.u[:] = spec.nominal("inputs")
+        self.correction = _load_correction(sc.plant.residual_model, spec)
         self.initial_snapshot = self.plant.snapshot()
         self._warm_up()
 
@@ -245,6 +247,8 @@ class Runtime:
     def _warm_up(self) -> None:
         """Compile (or load from cache) every kernel before the clock starts."""
         self.plant.step(self.dt_plant)
+        if self.correction is not None:
+            apply_correction(self.plant.x, self.plant.u, self.dt_plant, *self.correction)
         self.plant.compute_outputs()
         self.plant.restore(self.initial_snapshot)
         self.plant.compute_outputs()
@@ -449,6 +453,9 @@ class Runtime:
         status_every = self.scenario.loop.status_interval_s
         next_status = time.monotonic() + status_every
         lockstep = self.lockstep
+        corr = self.correction
+        if corr is not None:
+            corr_W, corr_lo, corr_sc, corr_idx = corr
         clock.start(0.0 if lockstep else 0.05)
         k = 0
         for k in range(self.n_steps):
@@ -477,6 +484,8 @@ class Runtime:
             else:
                 np.copyto(u_app, u_clip)
             plant.step(dt)  # u_app is plant.u
+            if corr is not None:  # learned residual dynamics (hil/calibration/residual.py)
+                apply_correction(plant.x, u_app, dt, corr_W, corr_lo, corr_sc, corr_idx)
             n_out = check_state(plant.x, x_lo, x_hi, x_tol, x_out)
             if n_out < 0:  # NaN/inf in a state
                 if rec is not None:
@@ -660,3 +669,15 @@ class Runtime:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _load_correction(path, spec):
+    """plant.residual_model: the residual model's arrays, checked against the plant (ConfigError)."""
+    if not path:
+        return None
+    from hil.calibration.residual import ResidualModel
+
+    try:
+        return ResidualModel.load(path, spec).arrays()
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError("plant.residual_model", str(exc)) from None

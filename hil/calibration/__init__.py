@@ -1,0 +1,17 @@
+"""Calibration on the actual unit: logs in, fitted parameters, noise profiles, a residual
+model, a world-model consistency check and the reality-gap audit out.
+
+Modules (one job each):
+    logs       read CSV / Parquet / hil recordings through a column map (units converted)
+    simulate   Numba simulation of any plant over logged inputs (ZOH, prescribed states)
+    sysid      least-squares fit, intervals, identifiability, per-run fits and spread
+    shooting   multiple shooting for long runs
+    noise      sensor gap parameters fitted from residuals, written in the [gaps] format
+    residual   a linear-in-features dynamics correction, Numba-callable in the plant step
+    residual_fit  fitting it, held-out error with and without
+    worldmodel a small learned ensemble compared with the simulator by operating region
+    audit      the playbook's reality-gap diagnostic from evidence on disk
+    report     the fitted TOML and residual plots; tomlw: its TOML writer
+    synthetic  a "real unit" with known truth, for validation
+Nothing here assumes a particular plant: everything goes through the plant spec.
+"""

@@ -1,0 +1,136 @@
+"""What `hil sysid` writes: the fitted TOML (plant parameters, intervals, identifiability,
+randomization ranges and sensor gaps in the scenario's [gaps] format) and residual plots."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+
+import numpy as np
+
+from hil.calibration import tomlw
+
+
+def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: str = "",
+                    profile: dict | None = None, residual: dict | None = None) -> dict:
+    """The fitted scenario fragment: merge its [plant] and [gaps] into a scenario; [sysid]
+    is the evidence (read by `hil audit`)."""
+    spec = problem.spec
+    est = {}
+    for i, name in enumerate(pooled.params):
+        q = spec.quantity("params", name)
+        est[name] = {
+            "value": float(pooled.values[i]), "std": float(pooled.std[i]),
+            "ci95": [float(a) for a in pooled.ci95[i]], "unit": q.unit, "nominal": q.nominal,
+            "per_run": [float(f.values[i]) for f in per_run],
+            "per_run_std": [float(f.std[i]) for f in per_run],
+        }
+    sensors = {}
+    for name, fields in noise.items():
+        sensors[name] = {k: v for k, v in fields.items() if not k.startswith("_")}
+    doc = {
+        "sysid": {
+            "plant": spec.name, "unit": unit, "runs": pooled.runs, "n_runs": len(pooled.runs),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "outputs": pooled.outputs,
+            "sigma": {n: float(pooled.sigma[spec.index("outputs", n)]) for n in pooled.outputs},
+            "residual_lag1": {n: float(pooled.rho[spec.index("outputs", n)]) for n in pooled.outputs},
+            "cost": pooled.cost, "n_residuals": pooled.n_residuals, "nfev": pooled.nfev,
+            "noise_fitted": sorted(noise),
+            "estimates": est,
+            "correlation": {"params": pooled.params,
+                            "matrix": [[float(c) for c in row] for row in pooled.corr]},
+            "identifiability": {f"finding_{i}": {"kind": f["kind"], "params": f["params"], "why": f["why"]}
+                                for i, f in enumerate(findings)},
+        },
+        "plant": {"parameters": {n: float(v) for n, v in zip(pooled.params, pooled.values)}},
+        "gaps": {"sensors": sensors, "randomize": {"plant": spread}},
+    }
+    if pooled.init_states:
+        doc["sysid"]["initial_states"] = {
+            r: {s: float(v) for s, v in zip(pooled.init_states, vals)}
+            for r, vals in zip(pooled.runs, pooled.init_values)}
+    if profile:
+        doc["sysid"]["profile"] = profile
+    if residual:
+        doc["sysid"]["residual_model"] = residual
+    return doc
+
+
+def write_fitted(path: str | Path, doc: dict) -> None:
+    comments = {
+        "sysid": "evidence of the fit (hil audit reads it); not a scenario section",
+        "plant.parameters": "pooled estimates over every run, plant units",
+        "gaps.randomize.plant": "ranges from the measured run-to-run spread (per-run 95 % intervals)",
+    }
+    Path(path).write_text(tomlw.dumps(doc, comments))
+
+
+def residual_plots(problem, sims, out_dir: str | Path) -> list[str]:
+    """One PNG per fitted output: measured vs simulated per run, and the residual."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = problem.spec
+    files = []
+    for name in problem.outputs:
+        j = spec.index("outputs", name)
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+        for r, run in enumerate(problem.runs):
+            t_h = run.t_s / 3600.0
+            ys = sims[r][0][:, j]
+            a1.plot(t_h, run.Y[:, j], ".", ms=2, alpha=0.5, label=f"{run.name} measured")
+            a1.plot(t_h, ys, "-", lw=1, label=f"{run.name} model")
+            a2.plot(t_h, run.Y[:, j] - ys, ".", ms=2, label=run.name)
+        unit = spec.outputs[j].unit
+        a1.set_ylabel(f"{name} [{unit}]")
+        a2.set_ylabel(f"residual [{unit}]")
+        a2.axhline(0.0, color="k", lw=0.5)
+        a2.set_xlabel("time since run start [h]")
+        a1.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        f = out_dir / f"residual_{name}.png"
+        fig.savefig(f, dpi=90)
+        plt.close(fig)
+        files.append(str(f))
+    return files
+
+
+def print_summary(echo, pooled, per_run, findings, noise, profile=None) -> None:
+    echo(f"pooled fit over {len(pooled.runs)} run(s), {pooled.n_residuals} residuals, {pooled.nfev} evaluations")
+    echo(f"{'parameter':14s} {'value':>12s} {'95% interval':>27s}   per run")
+    for i, n in enumerate(pooled.params):
+        pr = ", ".join(f"{f.values[i]:.4g}" for f in per_run)
+        echo(f"{n:14s} {pooled.values[i]:12.5g} [{pooled.ci95[i][0]:12.5g}, {pooled.ci95[i][1]:12.5g}]   {pr}")
+    if profile:
+        a, b = profile["ci95"]
+        echo(f"profile likelihood check, {profile['parameter']}: 95% [{a:.5g}, {b:.5g}]")
+    for f in findings:
+        echo(f"identifiability: {f['why']}")
+    for n, fields in noise.items():
+        shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) and math.isfinite(v) else f"{k}={v}"
+                          for k, v in fields.items() if not k.startswith("_"))
+        echo(f"sensor {n}: {shown}")
+
+
+def heldout_rmse(problem, p, x0s, runs, sim, bias=None) -> dict[str, float]:
+    """Noise-weighted RMS error per output over `runs` (open-loop from each run's start)."""
+    spec = problem.spec
+    out = {}
+    sq = {n: [] for n in problem.outputs}
+    for run, x0 in zip(runs, x0s):
+        Ysim = sim.run(run, p, x0)[0]
+        for n in problem.outputs:
+            j = spec.index("outputs", n)
+            b = 0.0 if bias is None else bias[problem.outputs.index(n)]
+            d = (Ysim[:, j] + b - run.Y[:, j]) / problem.sigma[j]
+            sq[n].append(d[np.isfinite(d)])
+    for n, parts in sq.items():
+        a = np.concatenate(parts) if parts else np.zeros(0)
+        out[n] = float(np.sqrt(np.mean(a ** 2))) if a.size else math.nan
+    return out

@@ -1,0 +1,85 @@
+"""Fit a ResidualModel (hil/calibration/residual.py) to runs, on top of calibrated parameters.
+
+The W entries of the chosen states x features are fitted by the same noise-weighted
+trajectory least squares as the parameters (the correction is applied inside the simulated
+plant step, exactly as in the loop), ridge-regularized (`ridge` per entry, dimensionless
+features) so that a feature the data do not excite stays near zero. Features are scaled by
+the runs' own range: lo = mean, scale = std of the simulated states / logged inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from hil.calibration.report import heldout_rmse
+from hil.calibration.residual import ResidualModel
+from hil.calibration.simulate import RunSimulator
+
+
+def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max_nfev: int = 40,
+                 heldout=None, heldout_x0=None):
+    """Returns (model, report) where report holds the held-out (or training, if none held
+    out) noise-weighted RMS error per output without and with the correction."""
+    spec = problem.spec
+    theta = _theta(problem, pooled)
+    bias = problem.bias_of(theta)
+    sims = problem.simulate(theta)
+    X = np.concatenate([s[1] for s in sims])
+    U = np.concatenate([r.U for r in problem.runs])
+    Z = np.concatenate([X, U], axis=1)
+    Z = Z[np.all(np.isfinite(Z), axis=1)]
+    lo = Z.mean(axis=0)
+    sc = Z.std(axis=0)
+    if features is None:  # every state/input that moves in the data
+        features = [f"x.{n}" for i, n in enumerate(spec.names("states")) if sc[i] > 1e-12 * max(abs(lo[i]), 1)]
+        features += [f"u.{n}" for j, n in enumerate(spec.names("inputs"))
+                     if sc[spec.n_states + j] > 1e-12 * max(abs(lo[spec.n_states + j]), 1)]
+    sc = np.where(sc > 0, sc, 1.0)
+    model = ResidualModel.zeros(spec, states, features, lo, sc)
+    cols = model.feature_columns(spec)
+    sim = RunSimulator(problem.module, model)  # holds model.W by reference
+    nr = len(states)
+    # W scale: a state's typical rate of change per plant time unit
+    xs = np.array([max(np.nanstd(X[:, i]), 1e-9) for i in model.idx])
+    tu = float(getattr(problem.module, "TIME_UNIT_S", 1.0))
+    span = max(r.duration_s for r in problem.runs) / tu
+    w_scale = np.repeat(xs / span, len(cols))
+    p = pooled.p_full
+    x0s = pooled.x0
+
+    def res(w):
+        model.W[:, cols] = (w * w_scale).reshape(nr, len(cols))
+        parts = []
+        for r, run in enumerate(problem.runs):
+            Ysim = sim.run(run, p, x0s[r])[0]
+            parts.append(problem._run_residuals(r, Ysim, bias))
+        parts.append(np.sqrt(ridge) * w)
+        return np.concatenate(parts)
+
+    sol = least_squares(res, np.zeros(nr * len(cols)), method="trf", x_scale="jac", max_nfev=max_nfev)
+    model.W[:, cols] = (sol.x * w_scale).reshape(nr, len(cols))
+    runs = heldout if heldout else problem.runs
+    x0h = heldout_x0 if heldout else x0s
+    base = RunSimulator(problem.module)
+    before = heldout_rmse(problem, p, x0h, runs, base, bias)
+    after = heldout_rmse(problem, p, x0h, runs, sim, bias)
+    report = {"states": list(states), "features": list(features),
+              "evaluated_on": "held-out runs" if heldout else "training runs",
+              "rmse_without": before, "rmse_with": after,
+              "improvement": {n: (1 - after[n] / before[n]) if before[n] > 0 else 0.0 for n in before}}
+    return model, report
+
+
+def _theta(problem, pooled):
+    """The problem's theta vector of a fit result (parameters, initial states, biases)."""
+    th = problem.theta_of(pooled.values)
+    ns = len(problem.init_states)
+    if ns:
+        for r in range(len(problem.runs)):
+            off = len(problem.params) + r * ns
+            th[off:off + ns] = (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale
+    nb = len(problem.bias_outputs)
+    for pos, n in enumerate(problem.bias_outputs):
+        th[problem.n_theta - nb + pos] = pooled.biases[n] / problem.sigma[problem.spec.index("outputs", n)]
+    return th

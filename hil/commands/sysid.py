@@ -1,0 +1,144 @@
+"""`hil sysid --scenario S.toml --data RUN... --params a,b --out fitted.toml`: calibrate a
+plant on logs of the actual unit (hil/calibration/). Writes the fitted TOML (plant
+parameters, intervals, identifiability, [gaps.sensors] noise profiles and
+[gaps.randomize.plant] ranges from the run-to-run spread), residual plots next to it and,
+with --residual-states, a residual model (.npz) with its held-out error report."""
+
+from __future__ import annotations
+
+import click
+
+
+class BadInput(click.ClickException):
+    """A bad scenario, column map or log: exit code 2, as every configuration error."""
+
+    exit_code = 2
+
+
+@click.command("sysid")
+@click.option("--scenario", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Scenario TOML: plant, parameter overrides, initial state, fixed/profile inputs.")
+@click.option("--data", "data", required=True, multiple=True, type=click.Path(exists=True),
+              help="A run's log (CSV, Parquet or a hil recording directory); repeat per run.")
+@click.option("--map", "column_map", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Column map TOML (hil/calibration/logs.py): columns, units, unlogged inputs.")
+@click.option("--params", required=True, help="Comma-separated plant parameters to fit.")
+@click.option("--init", "init_states", default="", help="Comma-separated initial states to fit per run.")
+@click.option("--outputs", default=None, help="Comma-separated outputs to fit (default: every measured one).")
+@click.option("--bias", "bias_outputs", default="", help="Comma-separated outputs whose sensor bias is fitted with the parameters.")
+@click.option("--noise-outputs", default=None, help="Outputs whose sensor gaps to fit (default: every measured one).")
+@click.option("--shooting-h", type=float, default=None,
+              help="Multiple-shooting segment length, hours of run time (default: single shooting).")
+@click.option("--profile", "profile_param", default=None, help="Check this parameter's interval by profile likelihood.")
+@click.option("--residual-states", default="", help="States a residual model corrects (fitted after the parameters).")
+@click.option("--residual-features", default=None, help="x.<state>/u.<input> features (default: all that move).")
+@click.option("--holdout", "holdout", multiple=True, type=click.Path(exists=True),
+              help="Held-out run(s) for the residual model's error report.")
+@click.option("--world-model", "world_model", is_flag=True,
+              help="Train a small world-model ensemble and compare it with the simulator on --holdout runs.")
+@click.option("--horizon", type=int, default=60, show_default=True, help="World-model multi-step horizon, samples.")
+@click.option("--unit", default="", help="Identifier of the physical unit the logs come from (read by hil audit).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Fitted TOML to write.")
+@click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
+def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, noise_outputs, shooting_h,
+            profile_param, residual_states, residual_features, holdout, world_model, horizon, unit, out,
+            no_plots) -> None:
+    """Fit plant parameters, noise profiles and spread to logs of the real unit."""
+    from pathlib import Path
+
+    from hil.calibration import logs, noise, report, sysid
+    from hil.config import load_scenario
+    from hil.errors import ConfigError
+    from plants.base import load_plant_module
+
+    try:
+        sc = load_scenario(scenario)
+        module = load_plant_module(sc.plant.model)
+        spec = module.SPEC
+        p0 = spec.nominal("params")
+        for k, v in sc.plant.parameters.items():
+            p0[spec.index("params", k)] = v
+        x0 = spec.nominal("states")
+        for k, v in sc.plant.initial_state.items():
+            x0[spec.index("states", k)] = v
+        cm = logs.ColumnMap.load(column_map, spec) if column_map else logs.ColumnMap()
+        u0 = spec.nominal("inputs")
+        logged = {c.signal for c in cm.columns if c.role == "input"}
+        for name, inp in sc.inputs.items():  # unlogged inputs: the scenario's fixed values and profiles
+            if name in logged or name in cm.fixed_inputs or name in cm.profile_inputs:
+                continue
+            if inp.driver == "profile" and inp.profile:
+                cm.profile_inputs[name] = [tuple(x) for x in inp.profile]
+            elif inp.value is not None:
+                u0[spec.index("inputs", name)] = inp.value
+        runs = logs.read_runs(data, spec, cm, u0)
+        names = [p for p in params.split(",") if p]
+        for n in names:
+            spec.index("params", n)
+        problem = sysid.SysIdProblem(module, runs, names, base_params=p0, x0=x0,
+                                     init_states=[s for s in init_states.split(",") if s],
+                                     outputs=outputs.split(",") if outputs else None,
+                                     bias_outputs=[b for b in bias_outputs.split(",") if b])
+    except KeyError as exc:
+        raise BadInput(str(exc.args[0])) from None
+    except (ConfigError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    pooled = problem.fit(shooting_s=shooting_h * 3600.0 if shooting_h else None)
+    per_run = sysid.per_run_fits(problem, pooled) if len(runs) > 1 else [pooled]
+    spread = sysid.spread_ranges(problem, pooled, per_run)
+    findings = sysid.identifiability(pooled)
+    prof = problem.profile_interval(pooled, profile_param) if profile_param else None
+    sims = problem.simulate(_theta(problem, pooled))
+    nouts = noise_outputs.split(",") if noise_outputs else sorted(
+        set().union(*[r.measured_outputs(spec) for r in runs]))
+    profiles = noise.fit_noise_profiles(runs, sims, spec, nouts)
+    residual = None
+    try:
+        held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+    if world_model and not held:
+        raise BadInput("--world-model needs --holdout runs to compare on")
+    if residual_states:
+        from hil.calibration.residual_fit import fit_residual
+
+        model, residual = fit_residual(problem, pooled, residual_states.split(","),
+                                       residual_features.split(",") if residual_features else None,
+                                       heldout=held, heldout_x0=[x0] * len(held) if held else None)
+        npz = str(Path(out).with_suffix(".residual.npz"))
+        model.save(npz)
+        residual["file"] = Path(npz).name
+    doc = report.fitted_document(problem, pooled, per_run, spread, profiles, findings, unit=unit,
+                                 profile=prof, residual=residual)
+    if world_model:
+        from hil.calibration import worldmodel
+
+        wm = worldmodel.train(runs, spec, problem.outputs)
+        held_sims = [problem.sim.run(r, pooled.p_full, x0)[:2] for r in held]
+        wm_report = worldmodel.compare(wm, held, held_sims, spec, horizon=horizon)
+        doc["sysid"]["world_model"] = {
+            "members": len(wm.coefs), "heldout_runs": [r.name for r in held],
+            "one_step_rmse_sigma": wm_report["one_step_rmse_sigma"],
+            "multi_step_rmse_sigma": wm_report.get("multi_step_rmse_sigma", {}),
+            "diverging_regions": wm_report["diverging_regions"]}
+        click.echo(worldmodel.region_table(wm_report))
+        if not no_plots:
+            Path(out).with_suffix(".plots").mkdir(parents=True, exist_ok=True)
+            f = worldmodel.region_plot(wm_report, Path(out).with_suffix(".plots") / "world_model_regions.png")
+            doc["sysid"]["world_model"]["plot"] = str(Path(f).relative_to(Path(out).parent))
+    if not no_plots:
+        files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"))
+        doc["sysid"]["residual_plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
+    report.write_fitted(out, doc)
+    report.print_summary(click.echo, pooled, per_run, findings, profiles, prof)
+    if residual:
+        for n in residual["rmse_without"]:
+            click.echo(f"residual model, {residual['evaluated_on']}, {n}: weighted RMS "
+                       f"{residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f}")
+    click.echo(f"wrote {out}")
+
+
+def _theta(problem, pooled):
+    from hil.calibration.residual_fit import _theta as th
+
+    return th(problem, pooled)
