@@ -98,17 +98,22 @@ def recv_spin(sock: zmq.Socket, spin_ns: int) -> bytes | None:
                 return None
 
 
-def drain(sock: zmq.Socket, max_messages: int = 10_000) -> list[bytes]:
+def drain(sock: zmq.Socket, max_messages: int = 10_000, ready: bool = False) -> list[bytes]:
     """Every message waiting on `sock`, without blocking.
 
-    Asks the socket's event state (ZMQ_EVENTS) before each receive: cheaper in Python than a
-    non-blocking receive that raises zmq.Again when the queue is empty (the usual last call)."""
+    Between receives it asks the socket's event state (ZMQ_EVENTS), which costs less in Python
+    than a non-blocking receive that raises zmq.Again on an empty queue (the usual last call).
+    `ready`: a poll just said a message is waiting, so the first call is the receive itself."""
     out = []
-    events, pollin, recv, flag = sock.getsockopt, zmq.POLLIN, sock.recv, zmq.NOBLOCK
-    while len(out) < max_messages and events(zmq.EVENTS) & pollin:
+    events, pollin, recv, flag, again = sock.getsockopt, zmq.POLLIN, sock.recv, zmq.NOBLOCK, zmq.Again
+    if not ready and not events(zmq.EVENTS) & pollin:
+        return out
+    while len(out) < max_messages:
         try:
             out.append(recv(flag))
-        except zmq.Again:
+        except again:
+            break
+        if not events(zmq.EVENTS) & pollin:
             break
     return out
 
