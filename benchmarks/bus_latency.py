@@ -1,6 +1,7 @@
 """Bus round trip: raw pyzmq references vs hil's loop -> policy -> safety -> loop.
 
     python benchmarks/bus_latency.py [--quick] [--transport ipc|tcp] [--n 3000] [--policy demo|constant]
+                                     [--priority N]   (SCHED_FIFO for every process of each path)
 
 In one run, over the same transport:
 - raw chain: this process PUSHes a msgpack observation to process B, B to C, C back here (PULL);
@@ -116,7 +117,19 @@ def _addrs(transport: str, tmp: str, names) -> dict:
     return out
 
 
-def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int) -> np.ndarray:
+def _fifo(pids, priority: int) -> None:
+    """Every thread of `pids` (and of this process) at SCHED_FIFO `priority` (0: leave as is),
+    as a real-time run sets the loop and its bus children (hil.safety.launch.set_priority)."""
+    if priority <= 0:
+        return
+    from hil.safety.launch import _fifo_all_threads
+
+    for pid in [os.getpid(), *pids]:
+        if warn := _fifo_all_threads(pid, priority):
+            raise SystemExit(f"--priority {priority}: {warn}")
+
+
+def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int, priority: int = 0) -> np.ndarray:
     import msgpack
     import zmq
 
@@ -134,6 +147,7 @@ def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int
     times = []
     try:
         time.sleep(0.5)
+        _fifo((b.pid, c.pid), priority)
         for k in range(n + warmup):
             t0 = time.perf_counter_ns()
             out.send(msgpack.packb({"v": 1, "kind": "obs", "sid": 1, "seq": k + 1, "step": k, "t_s": float(k),
@@ -158,7 +172,8 @@ def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int
     return np.array(times)
 
 
-def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int) -> np.ndarray:
+def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int,
+                     priority: int = 0) -> np.ndarray:
     """hil's topology with bare hops: loop -> (policy, safety), policy -> safety, safety -> loop."""
     import msgpack
     import zmq
@@ -175,6 +190,7 @@ def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, 
     times = []
     try:
         time.sleep(0.5)
+        _fifo((b.pid, c.pid), priority)
         for k in range(n + warmup):
             t0 = time.perf_counter_ns()
             data = msgpack.packb({"v": 1, "kind": "obs", "sid": 1, "seq": k + 1, "step": k, "t_s": float(k),
@@ -367,7 +383,7 @@ def _scenario(transport: str, tmp: str, policy: str, spin_us: float | None = Non
 
 
 def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str,
-            spin_us: float | None = None) -> tuple[np.ndarray, dict]:
+            spin_us: float | None = None, priority: int = 0) -> tuple[np.ndarray, dict]:
     from hil.bus import LoopBusEndpoint
     from hil.safety import launch
     from plants.base import load_plant_module
@@ -382,6 +398,7 @@ def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str,
     u_cmd = u.copy()
     times = []
     try:
+        _fifo((handles.policy.pid, handles.safety.pid), priority)
         ep.before_step(0, 0.0, u_cmd, True)
         cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
         for k in range(n + warmup):
@@ -431,6 +448,8 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", choices=("demo", "constant"), default="demo")
     ap.add_argument("--spin-us", type=float, default=None,
                     help="[bus].spin_us for the loop's wait (default: the config's)")
+    ap.add_argument("--priority", type=int, default=0,
+                    help="SCHED_FIFO priority for every process of each path, as a real-time run (0: normal)")
     args = ap.parse_args(argv)
     n, warmup = (200, 50) if args.quick else (args.n, 300)
     tmp = tempfile.mkdtemp(prefix="hbb", dir="/tmp")
@@ -438,9 +457,11 @@ def main(argv=None) -> int:
         from plants.base import load_plant_module
 
         spec = load_plant_module("bioreactor").SPEC
-        raw = raw_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
-        topo = raw_topology_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
-        hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy, args.spin_us)
+        raw = raw_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs, args.priority)
+        topo = raw_topology_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs, args.priority)
+        hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy, args.spin_us, args.priority)
+        if args.priority > 0:  # the in-process costs below at normal priority
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         proj = projection_cost(200 if args.quick else 2000)
         auth = auth_cost(200 if args.quick else 2000)
         hops = hop_cpu(tmp, args.policy, 200 if args.quick else 2000)
@@ -467,6 +488,7 @@ def main(argv=None) -> int:
         "projection_inside_us": round(proj["inside"], 2),
         "safety_decisions": status["counters"]["decisions"],
         "loop_spin_us": sc_spin,
+        "priority": args.priority,
         "loop_cpu_pct": round(counters["loop_cpu_pct"], 1),
         "goal": {"ratio_vs_raw": 1.5, "ratio_vs_topology_p99": 1.2, "hil_p99.9_us": 1000, "hil_p99_us": 400,
                  "projection_us": 20},

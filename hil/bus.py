@@ -274,8 +274,7 @@ class LoopBusEndpoint:
         else:
             self._take(step)
         if self._last_action is not None and step - self._last_arrival_step < self.watchdog_steps:
-            np.take(self._last_action, self._apply_pos, out=self._act_buf)  # no per-step array
-            u_cmd[self._apply_index] = self._act_buf
+            u_cmd[self._apply_index] = self._act_buf  # the bus inputs of the held action (see _take)
             self._in_fallback = False
             self._c["actions_applied"] += 1
             return
@@ -308,13 +307,14 @@ class LoopBusEndpoint:
         np.take(u_applied, self._apply_index, out=self._applied)
         self._have_applied = True
         q = None
-        if not isfinite(y_meas.sum()):  # NaN/inf somewhere (or a sum that overflowed)
+        y = y_meas.tolist()
+        if not isfinite(sum(y)):  # NaN/inf somewhere (or a sum that overflowed)
             bad = ~np.isfinite(y_meas)
             if bad.any():
                 q = self._q_work
                 np.multiply(bad, QUALITY_BAD, out=q, casting="unsafe")
                 self._c["obs_bad_quality"] += 1
-        data = self._sender.encode_obs(step, t_s, y_meas, u_applied, q, self._lockstep)
+        data = self._sender.encode_obs(step, t_s, y, u_applied, q, self._lockstep)
         self._pending.clear()
         for i, sock in enumerate(self._obs_socks):  # the policy's first: the longer path
             if send_nowait(sock, data):
@@ -352,6 +352,7 @@ class LoopBusEndpoint:
         if newest is None or newest.step < self._last_step or not self._rx.accept(newest):
             return
         self._last_action = newest.payload["a"]
+        np.take(self._last_action, self._apply_pos, out=self._act_buf)  # once per action, not per step
         self._last_step = newest.step
         self._last_arrival_step = step
         self.last_source = newest.payload["source"]

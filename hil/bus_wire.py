@@ -172,32 +172,36 @@ class Sender:
         return HEADER.pack(SCHEMA_VERSION, self._code, flags, n0, n1, self.sid, self.seq, step, t_s, time.time_ns())
 
     # ---- fast paths ----
-    def encode_obs(self, step: int, t_s: float, y: np.ndarray, u: np.ndarray, q: np.ndarray | None = None,
-                   lockstep: bool = False) -> bytes:
-        """An observation frame; y, u float vectors, q uint8 quality per output (None: all Good).
-        Written into a buffer kept between messages; returns frame + tag as bytes."""
+    def encode_obs(self, step: int, t_s: float, y, u, q: np.ndarray | None = None, lockstep: bool = False) -> bytes:
+        """An observation frame; y, u float vectors (arrays or lists), q uint8 quality per output
+        (None: all Good). Packed with one struct call into a buffer kept between messages."""
         ny, nu = len(y), len(u)
         if self._obs_shape != (ny, nu):
             self._obs_shape = (ny, nu)
-            body_end = HEADER_BYTES + 8 * (ny + nu) + ny
-            self._obs_buf = buf = bytearray(body_end + TAG_BYTES)
-            self._obs_mv = memoryview(buf)
-            self._obs_end = body_end
-            self._obs_y = np.frombuffer(buf, _F8, ny, HEADER_BYTES)
-            self._obs_u = np.frombuffer(buf, _F8, nu, HEADER_BYTES + 8 * ny)
-            self._obs_q = np.frombuffer(buf, _U1, ny, HEADER_BYTES + 8 * (ny + nu))
+            self._obs_struct = struct.Struct(HEADER.format + f"{ny + nu}d")
+            self._obs_q_at = self._obs_struct.size
+            self._obs_end = self._obs_q_at + ny
+            self._obs_buf = bytearray(self._obs_end + TAG_BYTES)
+            self._obs_mv = memoryview(self._obs_buf)
+            self._q_good = bytes(ny)
+        if type(y) is not list:
+            y = y.tolist()
+        if type(u) is not list:
+            u = u.tolist()
         self.seq += 1
-        HEADER.pack_into(self._obs_buf, 0, SCHEMA_VERSION, 1, FLAG_LOCKSTEP if lockstep else 0, ny, nu, self.sid,
-                         self.seq, step, t_s, time.time_ns())
-        self._obs_y[:] = y
-        self._obs_u[:] = u
+        buf, end, q_at = self._obs_buf, self._obs_end, self._obs_q_at
+        self._obs_struct.pack_into(buf, 0, SCHEMA_VERSION, 1, FLAG_LOCKSTEP if lockstep else 0, ny, nu, self.sid,
+                                   self.seq, step, t_s, time.time_ns(), *y, *u)
         if q is None:
-            self._obs_q.fill(QUALITY_GOOD)
+            buf[q_at:end] = self._q_good
         else:
-            self._obs_q[:] = q
-        mv, end = self._obs_mv, self._obs_end
+            qb = np.ascontiguousarray(q, dtype=_U1).tobytes()
+            if len(qb) != ny:
+                raise ValueError(f"q has {len(qb)} codes for {ny} outputs")
+            buf[q_at:end] = qb
+        mv = self._obs_mv
         mv[end:] = self._sign(mv[:end])
-        return bytes(self._obs_buf)
+        return bytes(buf)
 
     def encode_proposal(self, step: int, t_s: float, a: np.ndarray, members: np.ndarray | None, version: str,
                         compute_us: float) -> bytes:
