@@ -173,9 +173,7 @@ def test_decode_moves_no_replay_state_only_accept_does():
 
 def test_an_unsigned_message_never_touches_replay_state():
     rx, s = _rx(), Sender("action", KEY)
-    forged = msgpack.packb({"v": SCHEMA_VERSION, "kind": "action", "sid": 2**62, "seq": 1, "step": 0, "t_s": 1.0,
-                            "wall_ns": 0, "payload": {"a": [9.0, 9.0], "source": "x", "mode": "full",
-                                                      "advice": None}})
+    forged = _raw(sid=2**62, a=(9.0, 9.0), source=b"x")[:-16]  # a well-formed frame, tag removed
     for raw in (forged, forged + b"\x00" * 16, _signed(forged, key=OTHER_KEY)):
         assert rx.decode(raw) is None
     assert rx.counters["dropped_auth"] == 3 and rx.last == (-1, -1)
