@@ -1,6 +1,7 @@
 """Bus round trip: raw pyzmq references vs hil's loop -> policy -> safety -> loop.
 
     python benchmarks/bus_latency.py [--quick] [--transport ipc|tcp] [--n 3000] [--policy demo|constant]
+                                     [--priority N]   (SCHED_FIFO for every process of each path)
 
 In one run, over the same transport:
 - raw chain: this process PUSHes a msgpack observation to process B, B to C, C back here (PULL);
@@ -14,9 +15,11 @@ In one run, over the same transport:
   gate, monitor, KPIs) are the real ones, with schema checks on every message;
 - projection_us: Projector.project per call on the scenario's envelope (box, rate, linear
   limit), for a proposal that is clipped (the costlier path: the clip reasons are built).
-- auth_us: signing one observation (keyed BLAKE2b tag) and checking it, per message; hil's
-  round trip signs and checks four messages, inside its measured time;
-- obs_encode_us: what the loop's after_step spends building and signing one observation.
+- auth: per frame kind, encoding + signing and authenticating + checking (CPU us, binary
+  frames of hil/bus_wire.py); hil's round trip signs and checks them inside its measured time;
+- hop_cpu_us: the CPU time of each hop's own work (loop publish, policy answer, safety
+  observation / decision / bookkeeping, loop take), in this process with stand-in sockets: what
+  hil adds per hop, measured so that load from other processes distorts it little.
 Round trips are sequential (one message in flight), timed here with perf_counter_ns.
 Last stdout line: one JSON object.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -113,7 +117,19 @@ def _addrs(transport: str, tmp: str, names) -> dict:
     return out
 
 
-def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int) -> np.ndarray:
+def _fifo(pids, priority: int) -> None:
+    """Every thread of `pids` (and of this process) at SCHED_FIFO `priority` (0: leave as is),
+    as a real-time run sets the loop and its bus children (hil.safety.launch.set_priority)."""
+    if priority <= 0:
+        return
+    from hil.safety.launch import _fifo_all_threads
+
+    for pid in [os.getpid(), *pids]:
+        if warn := _fifo_all_threads(pid, priority):
+            raise SystemExit(f"--priority {priority}: {warn}")
+
+
+def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int, priority: int = 0) -> np.ndarray:
     import msgpack
     import zmq
 
@@ -131,6 +147,7 @@ def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int
     times = []
     try:
         time.sleep(0.5)
+        _fifo((b.pid, c.pid), priority)
         for k in range(n + warmup):
             t0 = time.perf_counter_ns()
             out.send(msgpack.packb({"v": 1, "kind": "obs", "sid": 1, "seq": k + 1, "step": k, "t_s": float(k),
@@ -155,7 +172,8 @@ def raw_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int
     return np.array(times)
 
 
-def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int) -> np.ndarray:
+def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, n_in: int,
+                     priority: int = 0) -> np.ndarray:
     """hil's topology with bare hops: loop -> (policy, safety), policy -> safety, safety -> loop."""
     import msgpack
     import zmq
@@ -172,6 +190,7 @@ def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, 
     times = []
     try:
         time.sleep(0.5)
+        _fifo((b.pid, c.pid), priority)
         for k in range(n + warmup):
             t0 = time.perf_counter_ns()
             data = msgpack.packb({"v": 1, "kind": "obs", "sid": 1, "seq": k + 1, "step": k, "t_s": float(k),
@@ -200,37 +219,148 @@ def raw_topology_rtt(transport: str, tmp: str, n: int, warmup: int, n_out: int, 
     return np.array(times)
 
 
+def _cpu_us(f, n: int, repeats: int = 7) -> float:
+    """CPU time of one call of f (us): thread CPU time, the least of `repeats` batches of n
+    calls (preemption by other processes does not count; what is left of the load is cache)."""
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            f()
+        best = min(best, (time.thread_time_ns() - t0) / n / 1e3)
+    return round(best, 2)
+
+
 def auth_cost(n: int) -> dict:
-    """Per observation: the loop's encode + sign (after_step's share) and a receiver's check."""
+    """Per frame: encoding + signing (the fast paths the processes use) and authenticating +
+    checking, for each kind on the round trip; tag_us: the keyed BLAKE2b tag alone."""
+    import hashlib
+
     from hil.bus import Receiver, Sender, payload_schema
     from plants.base import load_plant_module
 
     spec = load_plant_module("bioreactor").SPEC
     key = b"k" * 32
-    tx, rx = Sender("obs", key), Receiver("obs", payload_schema("obs", spec.n_outputs, spec.n_inputs, 2), key)
-    y, u = spec.nominal("outputs"), spec.nominal("inputs")
-    payload = {"y": None, "q": [0] * spec.n_outputs, "u": None, "lockstep": True}
-
-    def encode():
-        payload["y"], payload["u"] = y.tolist(), u.tolist()
-        return tx.encode(1, 1.0, payload)
-
-    import hashlib
-
-    raw = encode()
-    body = raw[:-16]
+    ny, nu = spec.n_outputs, spec.n_inputs
+    y, u, a = spec.nominal("outputs"), spec.nominal("inputs"), np.array([0.0003, 13.0])
+    tx = {k: Sender(k, key) for k in ("obs", "proposal", "action")}
+    rx = {k: Receiver(k, payload_schema(k, ny, nu, 2), key) for k in tx}
+    enc = {"obs": lambda: tx["obs"].encode_obs(1, 1.0, y, u, None, True),
+           "proposal": lambda: tx["proposal"].encode_proposal(1, 1.0, a, None, "v1", 3.0),
+           "action": lambda: tx["action"].encode_action(1, 1.0, a, "policy", "full", None)}
     out = {}
-    for label, f in (("obs_encode_us", encode), ("tag_us", lambda: hashlib.blake2b(body, key=key, digest_size=16)
-                                                                  .digest()),
-                     ("obs_decode_us", lambda: rx.decode(raw))):
-        per = []
-        for _ in range(10):
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                f()
-            per.append((time.perf_counter_ns() - t0) / n / 1e3)
-        out[label] = round(float(np.median(per)), 2)
+    for kind, f in enc.items():
+        raw = f()
+        out[f"{kind}_encode_us"] = _cpu_us(f, n)
+        out[f"{kind}_decode_us"] = _cpu_us(lambda: rx[kind].decode(raw), n)
+        out[f"{kind}_bytes"] = len(raw)
+    body = enc["obs"]()[:-16]
+    out["tag_us"] = _cpu_us(lambda: hashlib.blake2b(body, key=key, digest_size=16).digest(), n)
     return out
+
+
+class _FakeSocket:
+    """A socket stand-in for the in-process hop costs: sends queue, receives pop."""
+
+    def __init__(self):
+        self.q: list[bytes] = []
+
+    def send(self, data, flags=0):
+        self.q.append(bytes(data))
+
+    def recv(self, flags=0):
+        import zmq
+
+        if not self.q:
+            raise zmq.Again()
+        return self.q.pop(0)
+
+    def getsockopt(self, opt):
+        import zmq
+
+        return zmq.POLLIN if self.q else 0
+
+    def setsockopt(self, *args):
+        pass
+
+    def close(self, linger=None):
+        pass
+
+
+def hop_cpu(tmp: str, policy: str, n: int) -> dict:
+    """CPU time (us, thread time, median and p99 over n round trips) of each hop's own work,
+    in this process with stand-in sockets (no zmq I/O, no wake-ups), so that load on a shared
+    machine distorts it little: the loop publishing an observation (encode + 2 sends), the
+    policy answering it (decode, policy, encode), the safety taking the observation (decode,
+    prepare: off the round trip, while the policy computes) and the proposal (decode, decide,
+    encode, send), its bookkeeping after the send (finish), the loop taking the action (drain,
+    decode, checks, apply). `round_trip_path_us`: the sum of the medians on the round trip."""
+    from hil.bus import LoopBusEndpoint
+    from hil.policy.runner import PolicyRunner
+    from hil.safety.wrapper import SafetyProcess
+    from plants.base import load_plant_module
+
+    sc = _scenario("ipc", tmp, policy)
+    spec = load_plant_module("bioreactor").SPEC
+    ep = LoopBusEndpoint.build(sc.bus, sc, spec)
+    real = ep._obs_socks + [ep._action_sock]
+    pol_p, saf_p, act = _FakeSocket(), _FakeSocket(), _FakeSocket()
+    ep._obs_socks, ep._action_sock = [pol_p, saf_p], act
+    try:
+        pol = PolicyRunner(sc, str(ROOT / "configs" / "bioreactor_policy.toml"), key=ep.key)
+        saf = SafetyProcess(sc, None, os.path.join(tmp, "hop-decisions.jsonl"), os.path.join(tmp, "hop-status.json"),
+                            key=ep.key)
+        socks = {"action": act, "advice": _FakeSocket(), "command": _FakeSocket()}
+        y, u = spec.nominal("outputs"), spec.nominal("inputs")
+        y[spec.index("outputs", "dissolved_oxygen")] = 40.0
+        u[spec.index("inputs", "agitation_power")] = 13.0
+        u_cmd = u.copy()
+        names = ("loop_publish", "policy_answer", "safety_obs", "safety_decide", "safety_finish", "loop_take")
+        seg = {k: [] for k in names}
+        clk, core, warmup = time.thread_time_ns, saf.core, 200
+        finish = core.finish
+        for k in range(n + warmup):
+            t0 = clk()
+            ep.after_step(k, k + 1.0, y, u)
+            t1 = clk()
+            m = pol.obs_rx.decode(pol_p.q.pop())
+            pol.obs_rx.accept(m)
+            prop = pol.answer(m)
+            t2 = clk()
+            o = saf.obs_rx.decode(saf_p.q.pop())
+            saf.obs_rx.accept(o)
+            p = o.payload
+            core.prepare(o.step, o.t_s, p["y"], p["u"], q=p["q"])
+            t3 = clk()
+            core.finish = _noop  # measured apart: it runs after the send
+            pm = saf.prop_rx.decode(prop)
+            saf.prop_rx.accept(pm)
+            saf._decide(o, pm, socks)
+            t4 = clk()
+            core.finish = finish
+            finish()
+            t5 = clk()
+            ep.before_step(k + 1, k + 1.0, u_cmd, False)
+            t6 = clk()
+            if k >= warmup:
+                for name, d in zip(names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+                    seg[name].append(d / 1e3)
+        if ep.counters()["actions_applied"] < n:
+            raise RuntimeError(f"hop_cpu: the chain did not close: {ep.counters()}")
+        out = {k: {"p50": round(float(np.median(v)), 1), "p99": round(float(np.percentile(v, 99)), 1)}
+               for k, v in seg.items()}
+        path = ("loop_publish", "policy_answer", "safety_decide", "loop_take")
+        out["round_trip_path_us"] = round(sum(out[k]["p50"] for k in path), 1)
+        return out
+    finally:
+        for sock in real:
+            sock.close(0)
+        ep._obs_socks, ep._action_sock = [], _FakeSocket()
+        ep.close()
+
+
+def _noop() -> None:
+    pass
 
 
 def _scenario(transport: str, tmp: str, policy: str, spin_us: float | None = None):
@@ -253,7 +383,7 @@ def _scenario(transport: str, tmp: str, policy: str, spin_us: float | None = Non
 
 
 def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str,
-            spin_us: float | None = None) -> tuple[np.ndarray, dict]:
+            spin_us: float | None = None, priority: int = 0) -> tuple[np.ndarray, dict]:
     from hil.bus import LoopBusEndpoint
     from hil.safety import launch
     from plants.base import load_plant_module
@@ -268,6 +398,7 @@ def hil_rtt(transport: str, tmp: str, n: int, warmup: int, policy: str,
     u_cmd = u.copy()
     times = []
     try:
+        _fifo((handles.policy.pid, handles.safety.pid), priority)
         ep.before_step(0, 0.0, u_cmd, True)
         cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
         for k in range(n + warmup):
@@ -317,6 +448,8 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", choices=("demo", "constant"), default="demo")
     ap.add_argument("--spin-us", type=float, default=None,
                     help="[bus].spin_us for the loop's wait (default: the config's)")
+    ap.add_argument("--priority", type=int, default=0,
+                    help="SCHED_FIFO priority for every process of each path, as a real-time run (0: normal)")
     args = ap.parse_args(argv)
     n, warmup = (200, 50) if args.quick else (args.n, 300)
     tmp = tempfile.mkdtemp(prefix="hbb", dir="/tmp")
@@ -324,11 +457,14 @@ def main(argv=None) -> int:
         from plants.base import load_plant_module
 
         spec = load_plant_module("bioreactor").SPEC
-        raw = raw_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
-        topo = raw_topology_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs)
-        hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy, args.spin_us)
+        raw = raw_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs, args.priority)
+        topo = raw_topology_rtt(args.transport, tmp, n, warmup, spec.n_outputs, spec.n_inputs, args.priority)
+        hil, counters = hil_rtt(args.transport, tmp, n, warmup, args.policy, args.spin_us, args.priority)
+        if args.priority > 0:  # the in-process costs below at normal priority
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         proj = projection_cost(200 if args.quick else 2000)
         auth = auth_cost(200 if args.quick else 2000)
+        hops = hop_cpu(tmp, args.policy, 200 if args.quick else 2000)
         status = json.loads(Path(tmp, "safety-status.json").read_text())
         sc_spin = _scenario(args.transport, tmp, args.policy, args.spin_us).bus.spin_us
     finally:
@@ -347,10 +483,12 @@ def main(argv=None) -> int:
         "ratio_vs_topology": round(hil_p["p50"] / topo_p["p50"], 2),
         "ratio_vs_topology_p99": round(hil_p["p99"] / topo_p["p99"], 2),
         "auth": auth,
+        "hop_cpu_us": hops,
         "projection_us": round(proj["clipped"], 2),
         "projection_inside_us": round(proj["inside"], 2),
         "safety_decisions": status["counters"]["decisions"],
         "loop_spin_us": sc_spin,
+        "priority": args.priority,
         "loop_cpu_pct": round(counters["loop_cpu_pct"], 1),
         "goal": {"ratio_vs_raw": 1.5, "ratio_vs_topology_p99": 1.2, "hil_p99.9_us": 1000, "hil_p99_us": 400,
                  "projection_us": 20},

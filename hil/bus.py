@@ -1,342 +1,43 @@
-"""The ZeroMQ bus: msgpack messages, their validation, and the loop's end of the bus.
+"""The ZeroMQ bus: its sockets and the loop's end of the bus (LoopBusEndpoint).
 
-A message is a msgpack map:
-
-    v        int    schema version (SCHEMA_VERSION); anything else is dropped
-    kind     str    "obs" (loop -> policy, safety), "proposal" (policy -> safety),
-                    "action" (safety -> loop), "command" (safety -> policy)
-    sid      int    sender session: time.time_ns() when the sender started, so a restarted
-                    sender is newer than its previous life and a replay of an old one is older
-    seq      int    per-session sequence number, strictly increasing from 1
-    step     int    loop step of the observation the message is about (obs: its own step;
-                    proposal / action: the observation they answer; command: -1)
-    t_s      float  simulated time of that observation (s)
-    wall_ns  int    time.time_ns() at send
-    payload  map    per kind, see `payload_schema`; vectors are lists of numbers in plant units
-
-On the wire a message is its msgpack bytes followed by a keyed BLAKE2b tag (hil/bus_auth.py):
-only processes holding the run's secret can produce a message any receiver accepts.
-
-Observations carry per-output quality "q" (OPC UA style): 0 Good, 1 Uncertain, 2 Bad. A
-non-finite "y" value is allowed only where q is Bad (a dropout travels as Bad, it does not
-drop the whole observation); receivers hand out y as float64 with NaN wherever q is Bad and q as
-a uint8 array.
-
-Receivers (`Receiver`) drop and count, never act on, in this order: a missing or wrong tag
-(`dropped_auth`, checked first), bytes that are not msgpack, wrong schema version or kind,
-missing or extra fields, wrong types or vector lengths, non-finite numbers (outside Bad
-quality), and (sid, seq) not newer than the last accepted (replays, old sequence numbers).
-`decode` changes no state: the consumer calls `accept(msg)` for the message it acts on, so a
-message it drops for its own rule (an action for a step too old or never published) never
-moves the replay window. Consumers count their own drops on the same receiver.
+Messages are fixed binary frames signed with a keyed BLAKE2b tag: the format, its encoding and
+its checks live in hil/bus_wire.py (re-exported here); the keys in hil/bus_auth.py. Only
+processes holding the run's secret (or the channel's key) can produce a frame any receiver
+accepts, and a receiver checks the tag before it parses a byte.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import os
 import time
-from dataclasses import dataclass
 from math import isfinite
 
-import msgpack
 import numpy as np
 import zmq
 
-from hil.bus_auth import TAG_BYTES, channel_key, ensure_private_dir
-
-SCHEMA_VERSION = 1
-KINDS = ("obs", "proposal", "action", "command")
-HEADER = ("v", "kind", "sid", "seq", "step", "t_s", "wall_ns", "payload")
-MAX_MEMBERS = 64  # ensemble members a proposal may carry
-MAX_STR = 256
-MAX_MESSAGE_BYTES = 1 << 20
-
-QUALITY_GOOD, QUALITY_UNCERTAIN, QUALITY_BAD = 0, 1, 2
-
-DROP_COUNTERS = (
-    "dropped_auth",  # no tag, or a tag not made with the run's key for this channel
-    "dropped_malformed",  # not msgpack, not a map, missing/extra fields, wrong types
-    "dropped_schema",  # wrong schema version or wrong kind for this socket
-    "dropped_shape",  # a vector of the wrong length
-    "dropped_nonfinite",  # NaN or infinity anywhere (in y: where q is not Bad)
-    "dropped_replay",  # (sid, seq) not newer than the last accepted: replay or old seq
-    "dropped_too_old",  # answers an observation older than the consumer accepts
+from hil.bus_auth import ensure_private_dir
+from hil.bus_wire import (  # noqa: F401  (the bus's public names)
+    DROP_COUNTERS,
+    HEADER,
+    HEADER_BYTES,
+    KIND_CODES,
+    KINDS,
+    MAX_MEMBERS,
+    MAX_MESSAGE_BYTES,
+    MAX_STR,
+    QUALITY_BAD,
+    QUALITY_GOOD,
+    QUALITY_UNCERTAIN,
+    SCHEMA_VERSION,
+    Message,
+    Receiver,
+    Sender,
+    pack_frame,
+    pack_str,
+    payload_schema,
+    vec,
 )
-
-
-def payload_schema(kind: str, n_outputs: int, n_inputs: int, n_actions: int) -> dict[str, tuple]:
-    """Field -> (type, length) of a payload. Types: vec, optvec, mat, str, bool, num, and for
-    observations yvec (non-finite allowed where the quality is Bad) and qual (quality codes)."""
-    if kind == "obs":
-        return {"y": ("yvec", n_outputs), "q": ("qual", n_outputs), "u": ("vec", n_inputs),
-                "lockstep": ("bool", 0)}
-    if kind == "proposal":
-        return {
-            "a": ("vec", n_actions),
-            "members": ("mat", n_actions),
-            "version": ("str", 0),
-            "compute_us": ("num", 0),
-        }
-    if kind == "action":
-        return {
-            "a": ("vec", n_actions),
-            "source": ("str", 0),
-            "mode": ("str", 0),
-            "advice": ("optvec", n_actions),
-        }
-    if kind == "command":
-        return {"op": ("str", 0), "version": ("str", 0), "reason": ("str", 0)}
-    raise KeyError(f"unknown message kind {kind!r}")
-
-
-@dataclass(slots=True)
-class Message:
-    """A validated message; vectors in `payload` are float64 arrays."""
-
-    kind: str
-    sid: int
-    seq: int
-    step: int
-    t_s: float
-    wall_ns: int
-    payload: dict
-    raw_len: int = 0
-
-
-class Sender:
-    """Stamps, encodes and signs messages of one kind for one sending session.
-
-    `key`: the run's bus secret; `channel`: the socket's channel (default: the kind; the safety's
-    advice copies of actions go out on "advice"). The header map and the msgpack packer are
-    kept between messages (no per-message allocation beyond the payload and the bytes)."""
-
-    def __init__(self, kind: str, key: bytes, sid: int | None = None, channel: str | None = None):
-        if kind not in KINDS:
-            raise KeyError(f"unknown message kind {kind!r}")
-        self.kind = kind
-        self.sid = time.time_ns() if sid is None else int(sid)
-        self.seq = 0
-        self._ckey = channel_key(key, channel or kind)
-        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
-        self._msg = {"v": SCHEMA_VERSION, "kind": kind, "sid": self.sid, "seq": 0, "step": 0, "t_s": 0.0,
-                     "wall_ns": 0, "payload": None}
-
-    def encode(self, step: int, t_s: float, payload: dict) -> bytes:
-        """Next message (body + tag); numpy arrays in `payload` must already be lists (see `vec`)."""
-        self.seq += 1
-        m = self._msg
-        m["seq"] = self.seq
-        m["step"] = int(step)
-        m["t_s"] = float(t_s)
-        m["wall_ns"] = time.time_ns()
-        m["payload"] = payload
-        body = self._packer.pack(m)
-        m["payload"] = None
-        return body + hashlib.blake2b(body, key=self._ckey, digest_size=TAG_BYTES).digest()
-
-
-def vec(a) -> list[float]:
-    """A float vector as the list msgpack carries."""
-    return np.asarray(a, dtype=np.float64).tolist()
-
-
-class _Bad(Exception):
-    def __init__(self, counter: str):
-        self.counter = counter
-
-
-def _is_num(v) -> bool:
-    t = type(v)
-    return t is float or t is int
-
-
-_FLOAT_ONLY = {float}
-
-
-def _check_numbers(value, n: int) -> None:
-    """A list of n finite numbers (int or float, not bool), or raise the matching _Bad.
-
-    Fast path (what every hil sender produces): all floats, checked with one set of types,
-    and finite when their plain sum is (NaN and infinities propagate through a sum; a sum
-    that overflows from finite values falls to the element-wise check)."""
-    if type(value) is not list:
-        raise _Bad("dropped_malformed")
-    if set(map(type, value)) <= _FLOAT_ONLY:
-        if len(value) != n:
-            raise _Bad("dropped_shape")
-        if isfinite(sum(value)):
-            return
-    finite = True
-    for v in value:
-        t = type(v)
-        if t is float:
-            if not isfinite(v):
-                finite = False
-        elif t is not int:
-            raise _Bad("dropped_malformed")
-    if len(value) != n:
-        raise _Bad("dropped_shape")
-    if not finite:
-        raise _Bad("dropped_nonfinite")
-
-
-def _vector(value, n: int) -> np.ndarray:
-    _check_numbers(value, n)
-    return np.array(value, dtype=np.float64)
-
-
-_QUALITY_CODES = (QUALITY_GOOD, QUALITY_UNCERTAIN, QUALITY_BAD)
-_INT_ONLY = {int}
-_HEADER_KEYS = frozenset(HEADER)
-
-
-def _quality(value, n: int, all_good: list) -> tuple[np.ndarray, bool]:
-    """n quality codes (ints 0, 1, 2) as uint8 and whether any is not Good; or raise _Bad."""
-    if type(value) is not list:
-        raise _Bad("dropped_malformed")
-    if value == all_good and set(map(type, value)) <= _INT_ONLY:  # the usual case: C loops only
-        return np.zeros(n, dtype=np.uint8), False
-    for v in value:
-        if type(v) is not int or v not in _QUALITY_CODES:
-            raise _Bad("dropped_malformed")
-    if len(value) != n:
-        raise _Bad("dropped_shape")
-    return np.array(value, dtype=np.uint8), True
-
-
-class Receiver:
-    """Authenticates and validates one stream of messages of one kind; counts what it dropped.
-
-    `key`: the run's bus secret; `channel`: the socket's channel (default: the kind)."""
-
-    def __init__(self, kind: str, schema: dict[str, tuple], key: bytes, channel: str | None = None):
-        self.kind = kind
-        self.schema = schema
-        self._ckey = channel_key(key, channel or kind)
-        self._all_good = {name: [QUALITY_GOOD] * n for name, (typ, n) in schema.items() if typ == "qual"}
-        self._payload_keys = frozenset(schema)
-        self.last = (-1, -1)  # (sid, seq) of the last accepted message
-        self.counters = {"received": 0, "accepted": 0, "superseded": 0}
-        self.counters.update({c: 0 for c in DROP_COUNTERS})
-
-    def count(self, counter: str, n: int = 1) -> None:
-        self.counters[counter] += n
-
-    @property
-    def dropped(self) -> int:
-        return sum(self.counters[c] for c in DROP_COUNTERS)
-
-    def decode(self, raw: bytes) -> Message | None:
-        """The authenticated, validated message not older than the last accepted one, or None
-        (and one drop counted). Changes no replay state: see `accept`."""
-        self.counters["received"] += 1
-        n = len(raw)
-        if n < TAG_BYTES:
-            self.counters["dropped_auth"] += 1
-            return None
-        view = memoryview(raw)
-        body = view[: n - TAG_BYTES]
-        if not hmac.compare_digest(hashlib.blake2b(body, key=self._ckey, digest_size=TAG_BYTES).digest(),
-                                   view[n - TAG_BYTES:]):
-            self.counters["dropped_auth"] += 1
-            return None
-        try:
-            msg = self._parse(body, n)
-        except _Bad as bad:
-            self.counters[bad.counter] += 1
-            return None
-        if (msg.sid, msg.seq) <= self.last:
-            self.counters["dropped_replay"] += 1
-            return None
-        return msg
-
-    def accept(self, msg: Message) -> bool:
-        """The consumer acts on `msg`: it becomes the last accepted (sid, seq). False (counted as
-        a replay) if a message at least as new was accepted since `msg` was decoded."""
-        key = (msg.sid, msg.seq)
-        if key <= self.last:
-            self.counters["dropped_replay"] += 1
-            return False
-        self.last = key
-        self.counters["accepted"] += 1
-        return True
-
-    def _parse(self, raw, raw_len: int) -> Message:
-        try:
-            m = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-        except Exception:
-            raise _Bad("dropped_malformed") from None
-        if type(m) is not dict:
-            raise _Bad("dropped_malformed")
-        if m.get("v") != SCHEMA_VERSION or type(m.get("v")) is not int:
-            raise _Bad("dropped_schema")
-        if m.get("kind") != self.kind:
-            raise _Bad("dropped_schema")
-        if m.keys() != _HEADER_KEYS:
-            raise _Bad("dropped_malformed")
-        sid, seq, step, t_s, wall_ns, payload = (
-            m["sid"], m["seq"], m["step"], m["t_s"], m["wall_ns"], m["payload"]
-        )
-        if not (type(sid) is int and type(seq) is int and type(step) is int and type(wall_ns) is int):
-            raise _Bad("dropped_malformed")
-        if seq < 1 or step < -1 or sid < 0:
-            raise _Bad("dropped_malformed")
-        if not _is_num(t_s):
-            raise _Bad("dropped_malformed")
-        if not math.isfinite(t_s):
-            raise _Bad("dropped_nonfinite")
-        if type(payload) is not dict or payload.keys() != self._payload_keys:
-            raise _Bad("dropped_malformed")
-        out = {}
-        loose = None  # a yvec field holding non-finite values: allowed where the quality is Bad
-        q_any = False  # a quality other than Good
-        for name, (typ, n) in self.schema.items():
-            value = payload[name]
-            if typ == "vec":
-                out[name] = _vector(value, n)
-            elif typ == "yvec":
-                try:
-                    out[name] = _vector(value, n)
-                except _Bad as bad:
-                    if bad.counter != "dropped_nonfinite":
-                        raise
-                    out[name] = np.array(value, dtype=np.float64)
-                    loose = name
-            elif typ == "qual":
-                out[name], q_any = _quality(value, n, self._all_good[name])
-            elif typ == "optvec":
-                out[name] = None if value is None else _vector(value, n)
-            elif typ == "mat":
-                if type(value) is not list or len(value) > MAX_MEMBERS:
-                    raise _Bad("dropped_malformed")
-                for row in value:
-                    _check_numbers(row, n)
-                out[name] = np.array(value, dtype=np.float64).reshape(len(value), n)
-            elif typ == "str":
-                if type(value) is not str or len(value) > MAX_STR:
-                    raise _Bad("dropped_malformed")
-                out[name] = value
-            elif typ == "bool":
-                if type(value) is not bool:
-                    raise _Bad("dropped_malformed")
-                out[name] = value
-            elif typ == "num":
-                if not _is_num(value):
-                    raise _Bad("dropped_malformed")
-                if not math.isfinite(value):
-                    raise _Bad("dropped_nonfinite")
-                out[name] = float(value)
-        if q_any:
-            bad = out["q"] == QUALITY_BAD
-            if loose is not None and not np.isfinite(out[loose][~bad]).all():
-                raise _Bad("dropped_nonfinite")
-            out["y"][bad] = np.nan
-        elif loose is not None:
-            raise _Bad("dropped_nonfinite")
-        return Message(self.kind, sid, seq, step, float(t_s), wall_ns, out, raw_len)
 
 
 # ---- sockets ----
@@ -397,13 +98,22 @@ def recv_spin(sock: zmq.Socket, spin_ns: int) -> bytes | None:
                 return None
 
 
-def drain(sock: zmq.Socket, max_messages: int = 10_000) -> list[bytes]:
-    """Every message waiting on `sock`, without blocking."""
+def drain(sock: zmq.Socket, max_messages: int = 10_000, ready: bool = False) -> list[bytes]:
+    """Every message waiting on `sock`, without blocking.
+
+    Between receives it asks the socket's event state (ZMQ_EVENTS), which costs less in Python
+    than a non-blocking receive that raises zmq.Again on an empty queue (the usual last call).
+    `ready`: a poll just said a message is waiting, so the first call is the receive itself."""
     out = []
+    events, pollin, recv, flag, again = sock.getsockopt, zmq.POLLIN, sock.recv, zmq.NOBLOCK, zmq.Again
+    if not ready and not events(zmq.EVENTS) & pollin:
+        return out
     while len(out) < max_messages:
         try:
-            out.append(sock.recv(zmq.NOBLOCK))
-        except zmq.Again:
+            out.append(recv(flag))
+        except again:
+            break
+        if not events(zmq.EVENTS) & pollin:
             break
     return out
 
@@ -475,8 +185,8 @@ class LoopBusEndpoint:
         self._sender = Sender("obs", key)
         self._rx = Receiver("action", payload_schema("action", n_outputs, n_inputs, len(action_names)), key)
         self._n_outputs, self._n_inputs = n_outputs, n_inputs
-        self._q_good = [QUALITY_GOOD] * n_outputs  # shared by every all-good observation
-        self._obs_payload = {"y": None, "q": self._q_good, "u": None, "lockstep": False}
+        self._q_work = np.zeros(n_outputs, dtype=np.uint8)  # quality, when an output is not finite
+        self._rcvtimeo_ms = -1  # the action socket's receive timeout as last set
         self._lockstep = False
         self._published_step = -1
         self._pending: list[tuple[int, bytes]] = []  # (socket index, obs) not yet delivered
@@ -564,8 +274,7 @@ class LoopBusEndpoint:
         else:
             self._take(step)
         if self._last_action is not None and step - self._last_arrival_step < self.watchdog_steps:
-            np.take(self._last_action, self._apply_pos, out=self._act_buf)  # no per-step array
-            u_cmd[self._apply_index] = self._act_buf
+            u_cmd[self._apply_index] = self._act_buf  # the bus inputs of the held action (see _take)
             self._in_fallback = False
             self._c["actions_applied"] += 1
             return
@@ -597,19 +306,15 @@ class LoopBusEndpoint:
         non-finite measured output travels with Bad quality."""
         np.take(u_applied, self._apply_index, out=self._applied)
         self._have_applied = True
-        p = self._obs_payload
+        q = None
         y = y_meas.tolist()
-        p["y"] = y
-        if isfinite(sum(y)):
-            p["q"] = self._q_good
-        else:
-            q = [QUALITY_GOOD if isfinite(v) else QUALITY_BAD for v in y]
-            p["q"] = q
-            if QUALITY_BAD in q:
+        if not isfinite(sum(y)):  # NaN/inf somewhere (or a sum that overflowed)
+            bad = ~np.isfinite(y_meas)
+            if bad.any():
+                q = self._q_work
+                np.multiply(bad, QUALITY_BAD, out=q, casting="unsafe")
                 self._c["obs_bad_quality"] += 1
-        p["u"] = u_applied.tolist()
-        p["lockstep"] = self._lockstep
-        data = self._sender.encode(step, t_s, p)
+        data = self._sender.encode_obs(step, t_s, y, u_applied, q, self._lockstep)
         self._pending.clear()
         for i, sock in enumerate(self._obs_socks):  # the policy's first: the longer path
             if send_nowait(sock, data):
@@ -647,6 +352,7 @@ class LoopBusEndpoint:
         if newest is None or newest.step < self._last_step or not self._rx.accept(newest):
             return
         self._last_action = newest.payload["a"]
+        np.take(self._last_action, self._apply_pos, out=self._act_buf)  # once per action, not per step
         self._last_step = newest.step
         self._last_arrival_step = step
         self.last_source = newest.payload["source"]
@@ -675,7 +381,10 @@ class LoopBusEndpoint:
                     self._take(step)
                 continue
             # one blocking receive (one wake-up, fewer syscalls than a poll and a drain)
-            self._action_sock.setsockopt(zmq.RCVTIMEO, max(1, math.ceil(remaining * 1000.0)))
+            timeo = max(1, math.ceil(remaining * 1000.0))
+            if timeo != self._rcvtimeo_ms:  # a setsockopt per wait only when the timeout changes
+                self._action_sock.setsockopt(zmq.RCVTIMEO, timeo)
+                self._rcvtimeo_ms = timeo
             try:
                 raw = self._action_sock.recv()
             except zmq.Again:

@@ -4,7 +4,8 @@ Threat: any local process (any user over tcp://127.0.0.1; the same user over ipc
 a bus socket. So every message on every bus socket carries a keyed BLAKE2b tag over its bytes,
 with a secret the loop creates for each run:
 
-    raw = body + tag      body: the msgpack message (hil/bus.py), tag: TAG_BYTES bytes
+    raw = body + tag      body: the binary frame (hil/bus_wire.py), or on the control socket
+                          a msgpack map; tag: TAG_BYTES bytes
     tag = BLAKE2b(body, key = channel key, digest_size = TAG_BYTES)
     channel key = BLAKE2b(b"", key = run secret, person = b"hil:" + channel)
 

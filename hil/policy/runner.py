@@ -27,6 +27,7 @@ import json
 import math
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -114,11 +115,13 @@ class PolicyRunner:
     def answer(self, msg) -> bytes | None:
         """The proposal answering observation `msg`, or None if the policy is silent."""
         t0 = time.perf_counter_ns()
-        if msg.payload["q"].any() and (msg.payload["q"] == QUALITY_BAD).any():
+        p = msg.payload
+        q = p["q"]
+        if q.any() and (q == QUALITY_BAD).any():
             self.counters["obs_bad_quality"] += 1  # y holds NaN there: the policy sees it
         pol = self.policy
         try:
-            x = self.features.build(msg.payload["y"], msg.payload["u"])
+            x = self.features.build(p["y"], p["u"])
             members = None
             if pol.act_members is not None:
                 members = np.asarray(pol.act_members(x), dtype=np.float64)
@@ -137,18 +140,20 @@ class PolicyRunner:
             self.counters["policy_invalid"] += 1
             return None
         a = a.reshape(-1)[self.perm]
-        m_list: list = []
+        m_arr = None
         if members is not None:
             if members.ndim == 2 and members.shape[1] == self.n_act and _finite(members):
-                m_list = members[:, self.perm].tolist()
+                m_arr = members[:, self.perm]
             else:
                 self.counters["policy_invalid"] += 1
                 return None
         compute_us = (time.perf_counter_ns() - t0) * 1e-3
-        return self.sender.encode(
-            msg.step, msg.t_s,
-            {"a": a.tolist(), "members": m_list, "version": pol.version, "compute_us": compute_us},
-        )
+        try:
+            return self.sender.encode_proposal(msg.step, msg.t_s, a, m_arr, pol.version, compute_us)
+        except (ValueError, struct.error) as exc:  # e.g. more members than a frame counts: silent
+            self.counters["policy_invalid"] += 1
+            self.last_error = f"cannot encode the proposal: {exc}"
+            return None
 
     # ---- process ----
     def run(self, parent_pid: int | None = None, status_path: str | None = None) -> None:
@@ -164,6 +169,9 @@ class PolicyRunner:
         next_check = time.monotonic() + 0.5
         if status_path:
             _write_json(status_path, self.status())
+        decode, accept, answer, counters = self.obs_rx.decode, self.obs_rx.accept, self.answer, self.counters
+        cmd_ready = cmd.getsockopt  # ZMQ_EVENTS: a command waiting (cheaper than a receive that fails)
+        retry_lockstep_s = 0.25 * bus.lockstep_timeout_s
         try:
             while not stop:
                 # one blocking receive per observation: a single wake-up and the fewest zmq calls
@@ -172,25 +180,26 @@ class PolicyRunner:
                 except zmq.Again:
                     first = None
                 # commands first (a rollback applies to this observation already)
-                for raw in drain(cmd):
-                    self.command(raw)
+                if cmd_ready(zmq.EVENTS) & zmq.POLLIN:
+                    for raw in drain(cmd, ready=True):
+                        self.command(raw)
                 if first is not None:
-                    newest = None
-                    for raw in [first] + drain(obs):
-                        msg = self.obs_rx.decode(raw)
+                    newest = decode(first)
+                    for raw in drain(obs):  # observations that queued while we computed: the newest wins
+                        msg = decode(raw)
                         if msg is not None:
                             if newest is not None:
-                                self.counters["obs_superseded"] += 1
+                                counters["obs_superseded"] += 1
                             newest = msg
-                    if newest is not None and self.obs_rx.accept(newest):
-                        data = self.answer(newest)
+                    if newest is not None and accept(newest):
+                        data = answer(newest)
                         if data is not None:
                             # lockstep: the safety waits for us; wait for the connection at startup
-                            retry_s = 0.25 * bus.lockstep_timeout_s if newest.payload["lockstep"] else 0.0
+                            retry_s = retry_lockstep_s if newest.payload["lockstep"] else 0.0
                             if send_nowait(out, data) or (retry_s and send_retry(out, data, retry_s)):
-                                self.counters["proposals"] += 1
+                                counters["proposals"] += 1
                             else:
-                                self.counters["proposals_unsent"] += 1
+                                counters["proposals_unsent"] += 1
                 now = time.monotonic()
                 if now >= next_check:
                     next_check = now + 0.5

@@ -39,7 +39,7 @@ import msgpack
 import zmq
 
 from hil.bus import (QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
-                     send_nowait, send_retry, vec)
+                     send_nowait, send_retry)
 from hil.bus_auth import TAG_BYTES, ControlAuth, channel_key, sign
 
 
@@ -142,9 +142,7 @@ class SafetyProcess:
             d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True, q=p["q"])
         else:
             d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True)
-        data = self.action_tx.encode(obs.step, obs.t_s, {
-            "a": vec(d.action), "source": d.source, "mode": d.mode,
-            "advice": None if d.advice is None else vec(d.advice)})
+        data = self.action_tx.encode_action(obs.step, obs.t_s, d.action, d.source, d.mode, d.advice)
         retry_s = 0.25 * self.scenario.bus.lockstep_timeout_s if p["lockstep"] else 0.0
         if send_nowait(socks["action"], data) or (retry_s and send_retry(socks["action"], data, retry_s)):
             self.c["actions_sent"] += 1
@@ -153,8 +151,8 @@ class SafetyProcess:
         if d.advice is not None:  # the same message, signed for the advice channel only
             send_nowait(socks["advice"], sign(self._advice_key, data[:-TAG_BYTES]))
         if d.command is not None:
-            cmd = self.command_tx.encode(-1, obs.t_s, {"op": "load", "version": d.command,
-                                                       "reason": "rollback" if self.core.keeper.history else "sync"})
+            cmd = self.command_tx.encode_command(-1, obs.t_s, "load", d.command,
+                                                 "rollback" if self.core.keeper.history else "sync")
             if send_nowait(socks["command"], cmd) or (retry_s and send_retry(socks["command"], cmd, retry_s)):
                 self.c["commands_sent"] += 1
         self.core.finish()  # bookkeeping and log, off the round trip
@@ -227,64 +225,69 @@ class SafetyProcess:
         misses = 0  # consecutive observations the policy did not answer in time
         next_status = 0.0
         self._write_status()
+        obs_sock, prop_sock, ctl_sock = socks["obs"], socks["proposal"], socks["control"]
+        obs_decode, obs_accept = self.obs_rx.decode, self.obs_rx.accept
+        prop_decode, prop_accept = self.prop_rx.decode, self.prop_rx.accept
+        core, c, poll, monotonic = self.core, self.c, poller.poll, time.monotonic
+        deadline_of = {ls: bus.deadline_s(self.period_s, ls) for ls in (False, True)}  # s, by lockstep
         try:
             while not stop:
-                now = time.monotonic()
+                now = monotonic()
                 timeout_ms = 200.0 if pending is None else max(0.0, (pending[1] - now) * 1000.0)
-                events = dict(poller.poll(timeout_ms if timeout_ms >= 1.0 else (1 if timeout_ms > 0 else 0)))
-                if socks["obs"] in events:
+                events = dict(poll(timeout_ms if timeout_ms >= 1.0 else (1 if timeout_ms > 0 else 0)))
+                if obs_sock in events:
                     newest = None
-                    for raw in drain(socks["obs"]):
-                        msg = self.obs_rx.decode(raw)
+                    for raw in drain(obs_sock, ready=True):
+                        msg = obs_decode(raw)
                         if msg is not None and (newest is None or msg.step > newest.step):
                             if newest is not None:
                                 self.obs_rx.count("superseded")
                             newest = msg
-                    if newest is not None and newest.step > self.core.last_step and self.obs_rx.accept(newest):
-                        q = newest.payload["q"]
+                    if newest is not None and newest.step > core.last_step and obs_accept(newest):
+                        p = newest.payload
+                        q = p["q"]
                         if q.any():
-                            self.c["obs_bad_quality"] += bool((q == QUALITY_BAD).any())
-                            self.c["obs_uncertain_quality"] += bool((q == QUALITY_UNCERTAIN).any())
+                            c["obs_bad_quality"] += bool((q == QUALITY_BAD).any())
+                            c["obs_uncertain_quality"] += bool((q == QUALITY_UNCERTAIN).any())
                         if pending is not None:
-                            self.c["obs_unanswered"] += 1
-                        deadline = bus.deadline_s(self.period_s, newest.payload["lockstep"])
+                            c["obs_unanswered"] += 1
+                        deadline = deadline_of[p["lockstep"]]
                         if misses >= 3:  # a dead policy must not slow a lockstep run to a crawl
                             deadline = min(deadline, 0.05)
-                        pending = (newest, time.monotonic() + deadline)
-                        early = {k: v for k, v in early.items() if k >= newest.step}
+                        pending = (newest, monotonic() + deadline)
+                        if early:
+                            early = {k: v for k, v in early.items() if k >= newest.step}
                         if newest.step in early:
                             self._decide(newest, early.pop(newest.step), socks)
                             pending = None
                             misses = 0
-                        else:  # the proposal-free part now, while the policy computes
-                            p = newest.payload
-                            if self._core_q_prepare:
-                                self.core.prepare(newest.step, newest.t_s, p["y"], p["u"], q=p["q"])
-                            else:
-                                self.core.prepare(newest.step, newest.t_s, p["y"], p["u"])
-                if socks["proposal"] in events:
-                    for raw in drain(socks["proposal"]):
-                        msg = self.prop_rx.decode(raw)
+                        elif self._core_q_prepare:  # the proposal-free part now, while the policy computes
+                            core.prepare(newest.step, newest.t_s, p["y"], p["u"], q=q)
+                        else:
+                            core.prepare(newest.step, newest.t_s, p["y"], p["u"])
+                if prop_sock in events:
+                    for raw in drain(prop_sock, ready=True):
+                        msg = prop_decode(raw)
                         if msg is None:
                             continue
                         if pending is not None and msg.step == pending[0].step:
-                            if self.prop_rx.accept(msg):
+                            if prop_accept(msg):
                                 self._decide(pending[0], msg, socks)
                                 pending = None
                                 misses = 0
-                        elif msg.step > (pending[0].step if pending is not None else self.core.last_step):
-                            if len(early) < 8 and self.prop_rx.accept(msg):
+                        elif msg.step > (pending[0].step if pending is not None else core.last_step):
+                            if len(early) < 8 and prop_accept(msg):
                                 early[msg.step] = msg
                         else:
                             self.prop_rx.count("dropped_too_old")
-                if socks["control"] in events:
-                    for raw in drain(socks["control"], 1):
-                        socks["control"].send(self._control(raw))
-                now = time.monotonic()
+                if ctl_sock in events:
+                    for raw in drain(ctl_sock, 1, ready=True):
+                        ctl_sock.send(self._control(raw))
+                now = monotonic()
                 if pending is not None and now >= pending[1]:
-                    self.c["deadline_misses"] += 1
+                    c["deadline_misses"] += 1
                     misses += 1
-                    ms = (now - pending[1]) * 1e3 + bus.deadline_s(self.period_s, pending[0].payload["lockstep"]) * 1e3
+                    ms = (now - pending[1]) * 1e3 + deadline_of[pending[0].payload["lockstep"]] * 1e3
                     self._decide(pending[0], None, socks, f"no valid proposal within {ms:.1f} ms")
                     pending = None
                 if now >= next_status:

@@ -2,6 +2,7 @@
 
 import math
 import os
+import struct
 import tempfile
 import time
 
@@ -11,6 +12,8 @@ import pytest
 import zmq
 
 from hil.bus import (
+    HEADER,
+    KIND_CODES,
     SCHEMA_VERSION,
     LoopBusEndpoint,
     Receiver,
@@ -47,15 +50,22 @@ def _action(sender, step=0, a=(1.0, 2.0), **payload):
     return sender.encode(step, step + 1.0, body)
 
 
-def _raw(_key=KEY, **fields):
-    msg = {"v": SCHEMA_VERSION, "kind": "action", "sid": 5, "seq": 1, "step": 0, "t_s": 1.0,
-           "wall_ns": time.time_ns(), "payload": {"a": [1.0, 2.0], "source": "p", "mode": "full", "advice": None}}
-    for k, v in fields.items():
-        if v is KeyError:
-            msg.pop(k)
-        else:
-            msg[k] = v
-    return _signed(msgpack.packb(msg, use_bin_type=True), key=_key)
+def _raw(_key=KEY, a=(1.0, 2.0), advice=None, source=b"p", mode=b"full", body=None, tail=b"", cut=0, **header):
+    """A signed action frame (hil/bus_wire.py layout) with any header value or body part forged:
+    header fields v, kind, flags, n0, n1, sid, seq, step, t_s, wall_ns; `a`/`advice` float
+    vectors; `source`/`mode` raw UTF-8 bytes (length-prefixed here); `body` replaces the whole
+    body; `tail` is appended and `cut` bytes removed before signing (a truncated frame)."""
+    h = {"v": SCHEMA_VERSION, "kind": KIND_CODES["action"], "flags": 0 if advice is None else 1, "n0": len(a),
+         "n1": 0, "sid": 5, "seq": 1, "step": 0, "t_s": 1.0, "wall_ns": time.time_ns()}
+    h.update(header)
+    if body is None:
+        body = struct.pack(f"<{len(a)}d", *a)
+        if advice is not None:
+            body += struct.pack(f"<{len(advice)}d", *advice)
+        body += struct.pack("<H", len(source)) + source + struct.pack("<H", len(mode)) + mode
+    frame = HEADER.pack(h["v"], h["kind"], h["flags"], h["n0"], h["n1"], h["sid"], h["seq"], h["step"], h["t_s"],
+                        h["wall_ns"]) + body + tail
+    return _signed(frame[:len(frame) - cut], key=_key)
 
 
 def test_every_kind_round_trips_with_its_header():
@@ -86,35 +96,44 @@ def test_every_kind_round_trips_with_its_header():
 @pytest.mark.parametrize(
     "raw, counter",
     [
-        (_signed(b"\xc1 not msgpack"), "dropped_malformed"),
+        (_signed(b"\xc1 not a frame"), "dropped_malformed"),  # shorter than the header
         (_signed(b""), "dropped_malformed"),
-        (_signed(msgpack.packb([1, 2, 3])), "dropped_malformed"),
+        (_raw(cut=len(_raw()) - 16 - 47), "dropped_malformed"),  # a header one byte short
+        (_signed(msgpack.packb({"v": 1, "kind": "action", "sid": 5, "seq": 1, "step": 0, "t_s": 1.0,
+                                "wall_ns": 0, "payload": {"a": [1.0, 2.0], "source": "p", "mode": "full",
+                                                          "advice": None}})), "dropped_schema"),  # the old format
         (b"", "dropped_auth"),
         (b"short", "dropped_auth"),
-        (_raw()[:-16], "dropped_auth"),  # a well-formed message without its tag
+        (_raw()[:-16], "dropped_auth"),  # a well-formed frame without its tag
         (_raw(_key=OTHER_KEY), "dropped_auth"),  # signed with another key
         (_raw()[:-1] + bytes([_raw()[-1] ^ 1]), "dropped_auth"),  # one bit of the tag flipped
-        (_raw()[:20] + b"\x00" + _raw()[21:], "dropped_auth"),  # one byte of the body changed
-        (_signed(msgpack.packb({"x": 1}), channel="advice"), "dropped_auth"),  # another channel's key
+        (_raw()[:16] + bytes([_raw()[16] ^ 1]) + _raw()[17:], "dropped_auth"),  # one bit of the body (seq)
+        (_signed(_raw()[:-16], channel="advice"), "dropped_auth"),  # another channel's key
         (_raw(v=SCHEMA_VERSION + 1), "dropped_schema"),
-        (_raw(v="1"), "dropped_schema"),
-        (_raw(kind="obs"), "dropped_schema"),
-        (_raw(seq=KeyError), "dropped_malformed"),
-        (_raw(extra=1), "dropped_malformed"),
-        (_raw(seq="1"), "dropped_malformed"),
+        (_raw(v=1), "dropped_schema"),
+        (_raw(kind=KIND_CODES["obs"]), "dropped_schema"),
+        (_raw(kind=9), "dropped_schema"),
+        (_raw(cut=1), "dropped_malformed"),  # truncated: the last string is one byte short
+        (_raw(cut=6), "dropped_malformed"),  # truncated: the mode string is gone
+        (_raw(tail=b"\x00"), "dropped_malformed"),  # one byte more than the fields
         (_raw(seq=0), "dropped_malformed"),
-        (_raw(step=1.5), "dropped_malformed"),
+        (_raw(seq=-1), "dropped_malformed"),
+        (_raw(sid=-1), "dropped_malformed"),
+        (_raw(step=-2), "dropped_malformed"),
+        (_raw(flags=2), "dropped_malformed"),  # an unknown flag
+        (_raw(n1=1), "dropped_malformed"),  # an action carries no second count
+        (_raw(flags=1), "dropped_malformed"),  # says advice, carries none: the strings read as floats
         (_raw(t_s=float("nan")), "dropped_nonfinite"),
         (_raw(t_s=float("inf")), "dropped_nonfinite"),
-        (_raw(payload={"a": [1.0, 2.0], "source": "p", "mode": "full"}), "dropped_malformed"),
-        (_raw(payload={"a": [1.0, "2"], "source": "p", "mode": "full", "advice": None}), "dropped_malformed"),
-        (_raw(payload={"a": [1.0, True], "source": "p", "mode": "full", "advice": None}), "dropped_malformed"),
-        (_raw(payload={"a": [1.0, 2.0, 3.0], "source": "p", "mode": "full", "advice": None}), "dropped_shape"),
-        (_raw(payload={"a": [1.0], "source": "p", "mode": "full", "advice": None}), "dropped_shape"),
-        (_raw(payload={"a": [1.0, float("nan")], "source": "p", "mode": "full", "advice": None}), "dropped_nonfinite"),
-        (_raw(payload={"a": [1.0, 2.0], "source": "p", "mode": "full", "advice": [float("inf"), 0.0]}),
-         "dropped_nonfinite"),
-        (_raw(payload={"a": [1.0, 2.0], "source": 3, "mode": "full", "advice": None}), "dropped_malformed"),
+        (_raw(a=(1.0, 2.0, 3.0)), "dropped_shape"),
+        (_raw(a=(1.0,)), "dropped_shape"),
+        (_raw(n0=3), "dropped_shape"),  # the count says 3, the scenario 2
+        (_raw(a=(1.0, 2.0, 3.0), n0=2), "dropped_malformed"),  # the count says 2, the bytes hold 3
+        (_raw(a=(1.0, float("nan"))), "dropped_nonfinite"),
+        (_raw(advice=(float("inf"), 0.0)), "dropped_nonfinite"),
+        (_raw(source=b"\xff\xfe"), "dropped_malformed"),  # not UTF-8
+        (_raw(source=b"s" * 257), "dropped_malformed"),  # longer than MAX_STR
+        (_raw(body=struct.pack("<2d", 1.0, 2.0) + struct.pack("<H", 500) + b"p"), "dropped_malformed"),  # length past the end
     ],
 )
 def test_bad_messages_are_dropped_and_counted(raw, counter):
@@ -154,9 +173,7 @@ def test_decode_moves_no_replay_state_only_accept_does():
 
 def test_an_unsigned_message_never_touches_replay_state():
     rx, s = _rx(), Sender("action", KEY)
-    forged = msgpack.packb({"v": SCHEMA_VERSION, "kind": "action", "sid": 2**62, "seq": 1, "step": 0, "t_s": 1.0,
-                            "wall_ns": 0, "payload": {"a": [9.0, 9.0], "source": "x", "mode": "full",
-                                                      "advice": None}})
+    forged = _raw(sid=2**62, a=(9.0, 9.0), source=b"x")[:-16]  # a well-formed frame, tag removed
     for raw in (forged, forged + b"\x00" * 16, _signed(forged, key=OTHER_KEY)):
         assert rx.decode(raw) is None
     assert rx.counters["dropped_auth"] == 3 and rx.last == (-1, -1)
@@ -171,10 +188,8 @@ def test_an_unsigned_message_never_touches_replay_state():
     ([1.0, float("nan"), 3.0], [0, 1, 0], False, "dropped_nonfinite"),  # Uncertain must be finite
     ([1.0, float("nan"), 3.0], [2, 0, 0], False, "dropped_nonfinite"),  # Bad elsewhere
     ([1.0, 2.0, 3.0], [0, 3, 0], False, "dropped_malformed"),
-    ([1.0, 2.0, 3.0], [0, 1.0, 0], False, "dropped_malformed"),
-    ([1.0, 2.0, 3.0], [0, True, 0], False, "dropped_malformed"),
-    ([1.0, 2.0, 3.0], [0, 0], False, "dropped_shape"),
-    ([1.0, 2.0, 3.0], None, False, "dropped_malformed"),
+    ([1.0, 2.0, 3.0], [0, 255, 0], False, "dropped_malformed"),
+    ([1.0, float("nan"), 3.0], [0, 2, 0], True, None),
 ])
 def test_observation_quality_on_the_wire(y, q, ok, counter):
     rx = _rx("obs")
@@ -186,6 +201,44 @@ def test_observation_quality_on_the_wire(y, q, ok, counter):
     assert msg.payload["q"].tolist() == q and msg.payload["y"].dtype == np.float64
     bad = np.array(q) == 2
     assert np.isnan(msg.payload["y"][bad]).all() and np.isfinite(msg.payload["y"][~bad]).all()
+
+
+def _obs_frame(y=(1.0, 2.0, 3.0), u=(0.0,) * N_IN, q=(0, 0, 0), cut=0, **header):
+    h = {"v": SCHEMA_VERSION, "kind": KIND_CODES["obs"], "flags": 0, "n0": len(y), "n1": len(u), "sid": 5, "seq": 1,
+         "step": 0, "t_s": 1.0, "wall_ns": 0}
+    h.update(header)
+    frame = HEADER.pack(*h.values()) + struct.pack(f"<{len(y) + len(u)}d", *y, *u) + bytes(q)
+    return _signed(frame[:len(frame) - cut], channel="obs")
+
+
+@pytest.mark.parametrize("raw, counter", [
+    (_obs_frame(), None),
+    (_obs_frame(flags=1), None),  # lockstep
+    (_obs_frame(q=(0, 0)), "dropped_malformed"),  # the quality section one byte short
+    (_obs_frame(cut=1), "dropped_malformed"),  # truncated
+    (_obs_frame(y=(1.0, 2.0), q=(0, 0)), "dropped_shape"),  # two outputs, the scenario has three
+    (_obs_frame(u=(0.0,) * (N_IN + 1)), "dropped_shape"),
+    (_obs_frame(flags=2), "dropped_malformed"),  # an unknown flag
+    (_obs_frame(y=(1.0, math.inf, 3.0)), "dropped_nonfinite"),  # not finite, quality Good
+    (_obs_frame(u=(0.0, math.nan, 0.0, 0.0), q=(2, 2, 2)), "dropped_nonfinite"),  # u has no quality
+])
+def test_observation_frames_are_checked(raw, counter):
+    rx = _rx("obs")
+    msg = rx.decode(raw)
+    if counter is None:
+        assert msg is not None and msg.payload["lockstep"] == bool(HEADER.unpack_from(raw)[2])
+    else:
+        assert msg is None and rx.counters[counter] == 1 and rx.dropped == 1
+
+
+def test_a_sender_refuses_what_the_format_cannot_carry():
+    with pytest.raises(ValueError, match="2 codes for 3 outputs"):
+        Sender("obs", KEY).encode(0, 1.0, {"y": [1.0, 2.0, 3.0], "q": [0, 0], "u": [0.0] * N_IN, "lockstep": False})
+    with pytest.raises(ValueError, match="at most 256 UTF-8 bytes"):
+        Sender("action", KEY).encode(0, 1.0, {"a": [1.0, 2.0], "source": "x" * 257, "mode": "full", "advice": None})
+    with pytest.raises(ValueError, match=r"members must be \(m, 2\)"):
+        Sender("proposal", KEY).encode(0, 1.0, {"a": [1.0, 2.0], "members": [[1.0, 2.0, 3.0]], "version": "v",
+                                                "compute_us": 1.0})
 
 
 def test_bus_section_endpoints_and_watchdog():
@@ -383,16 +436,16 @@ def test_unconnected_peer_is_counted_never_blocks(bus_dir):
     "a, counter",
     [
         ([1e308, 1e308], None),  # finite, though their sum overflows: accepted
-        ([1, 2.5], None),  # ints are numbers too
-        ([float("inf"), float("-inf")], "dropped_nonfinite"),
+        ([-0.0, 2.5], None),
+        ([float("inf"), float("-inf")], "dropped_nonfinite"),  # their sum is NaN
         ([1e308, float("nan")], "dropped_nonfinite"),
-        ([1.0, None], "dropped_malformed"),
+        ([1e308, float("inf")], "dropped_nonfinite"),
         ([1.0, 2.0, float("nan")], "dropped_shape"),
     ],
 )
 def test_vector_checks_fast_and_slow_paths(a, counter):
     rx = _rx()
-    msg = rx.decode(_raw(payload={"a": a, "source": "p", "mode": "full", "advice": None}))
+    msg = rx.decode(_raw(a=a))
     if counter is None:
         assert msg is not None and msg.payload["a"].tolist() == [float(v) for v in a]
     else:

@@ -242,9 +242,16 @@ to_loop = ctx.socket(zmq.PUSH); to_loop.connect(action)
 to_safety = ctx.socket(zmq.PUSH); to_safety.connect(proposal)
 req = ctx.socket(zmq.REQ); req.setsockopt(zmq.LINGER, 0); req.connect(control)
 evil = [0.0044, 77.7]
-def msg(kind, sid, seq, step, payload):
-    return msgpack.packb({"v": 1, "kind": kind, "sid": sid, "seq": seq, "step": step, "t_s": float(step + 1),
-                          "wall_ns": time.time_ns(), "payload": payload})
+import struct
+from hil.bus_wire import KIND_CODES, pack_frame, pack_str
+def msg(kind, sid, seq, step, payload):  # a well-formed frame of the current format, without a valid tag
+    a = payload["a"]
+    if kind == "action":
+        body = struct.pack("<2d", *a) + pack_str(payload["source"]) + pack_str(payload["mode"])
+    else:
+        body = struct.pack("<3d", payload["compute_us"], *a) + pack_str(payload["version"])
+    return pack_frame(KIND_CODES[kind], sid=sid, seq=seq, step=step, t_s=float(step + 1), wall_ns=time.time_ns(),
+                      n0=len(a), body=body)
 replies = []
 for op in ("promote", "rollback", "demote"):  # unsigned operator requests: refused
     req.send(msgpack.packb({"op": op, "to": "shadow", "reason": "attacker"}))

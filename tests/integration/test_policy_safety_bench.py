@@ -18,3 +18,6 @@ def test_bus_latency_benchmark_quick():
     assert res["ratio_vs_raw"] > 0 and res["ratio_vs_topology_p99"] > 0 and res["projection_us"] > 0
     assert res["auth"]["tag_us"] > 0 and set(res["goal_met"]) == {"ratio_vs_topology_p99", "hil_p99.9_us"}
     assert res["safety_decisions"] >= res["round_trips"]
+    hops = res["hop_cpu_us"]  # each hop's CPU time, in process: present and positive
+    assert all(hops[k]["p50"] > 0 for k in ("loop_publish", "policy_answer", "safety_decide", "loop_take"))
+    assert res["auth"]["obs_decode_us"] > 0 and res["auth"]["action_bytes"] > 16
