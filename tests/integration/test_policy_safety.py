@@ -311,32 +311,46 @@ def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety
 
         rt.bus._rx.decode = capture
 
-    def on_status(status):
+    def start_attacker():
         nonlocal attacker
-        if attacker is None:
-            h = rt_holder[0]._policy_handles
-            env = {k: v for k, v in (e.split("=", 1) for e in
-                   open(f"/proc/{h.policy.pid}/environ").read().split("\0") if "=" in e)}
-            assert "HIL_BUS_KEY" not in env  # the policy got only the keys of its channels
-            assert sorted(p.split("=")[0] for p in env["HIL_BUS_CHANNEL_KEYS"].split(";")) == \
-                ["command", "obs", "proposal"]
-            marks["policy_env_checked"] = True
-            attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, ep["action"], ep["proposal"], ep["control"],
-                                         str(report), str(ready)], env=env)
-            deadline = time.monotonic() + 30
-            while not (ready.exists() and report.exists()) and time.monotonic() < deadline:
-                time.sleep(0.01)  # lockstep: the loop waits here for the attacker to be in full swing
+        h = rt_holder[0]._policy_handles
+        env = {k: v for k, v in (e.split("=", 1) for e in
+               open(f"/proc/{h.policy.pid}/environ").read().split("\0") if "=" in e)}
+        assert "HIL_BUS_KEY" not in env  # the policy got only the keys of its channels
+        assert sorted(p.split("=")[0] for p in env["HIL_BUS_CHANNEL_KEYS"].split(";")) == \
+            ["command", "obs", "proposal"]
+        marks["policy_env_checked"] = True
+        attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, ep["action"], ep["proposal"], ep["control"],
+                                     str(report), str(ready)], env=env)
+        deadline = time.monotonic() + 30
+        while not (ready.exists() and report.exists()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # lockstep: the loop waits here (in its own thread) for the attacker
+
+    def inject(step):
         if captured:
             push.send(captured[0])  # a genuine action, applied long ago: a replay
             push.send(captured[-1])
             marks["replayed"] += 2
         wrong = Sender("action", b"w" * 32, sid=2**62)  # a well-formed action signed with another key
-        push.send(wrong.encode(status["steps"] - 1, 0.0, {"a": [0.0044, 77.7], "source": "policy", "mode": "full",
-                                                          "advice": None}))
+        push.send(wrong.encode(step - 1, 0.0, {"a": [0.0044, 77.7], "source": "policy", "mode": "full",
+                                               "advice": None}))
         marks["wrong_key"] += 1
 
+    def setup_with_attack(rt):
+        setup(rt)
+        before = rt.bus.before_step
+
+        def before_step(step, t_s, u_cmd, lockstep):
+            if step == 5:
+                start_attacker()
+            if step >= 5 and step % 40 == 0:
+                inject(step)
+            return before(step, t_s, u_cmd, lockstep)
+
+        rt.bus.before_step = before_step
+
     try:
-        summary, df = _run(tmp_path, sc, lockstep=True, duration=300.0, on_status=on_status, setup=setup)
+        summary, df = _run(tmp_path, sc, lockstep=True, duration=300.0, setup=setup_with_attack)
     finally:
         if attacker is not None:
             attacker.kill()
