@@ -32,7 +32,14 @@ def load_results(out_dir: Path, runs) -> list[dict]:
 
 def save_campaign(c, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "campaign.json").write_text(c.model_dump_json(indent=1))
+    (out_dir / "campaign.json").write_text(json.dumps(c.model_dump(mode="python"), indent=1))  # inf kept
+
+
+def read_campaign(out_dir: Path):
+    """The campaign saved in an output directory (by run_campaign)."""
+    from hil.campaign.schema import Campaign
+
+    return Campaign.model_validate(json.loads((Path(out_dir) / "campaign.json").read_text()))
 
 
 def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0, address: str | None = None,

@@ -83,7 +83,8 @@ def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progres
 def replay_cmd(run_id, out_dir, campaign_file, as_json) -> None:
     """Run RUN_ID again from its seed and compare its recording bit for bit with the original."""
     from hil.campaign.expand import find_run
-    from hil.campaign.schema import Campaign, load_campaign
+    from hil.campaign.runner import read_campaign
+    from hil.campaign.schema import load_campaign
     from hil.campaign.worker import execute_run, run_paths
 
     err = _console()
@@ -93,7 +94,7 @@ def replay_cmd(run_id, out_dir, campaign_file, as_json) -> None:
     try:
         if out_dir is not None:
             out = Path(out_dir)
-            c = Campaign.model_validate_json((out / "campaign.json").read_text())
+            c = read_campaign(out)
         else:
             c = load_campaign(campaign_file)
             out = c.out_dir()
@@ -101,7 +102,7 @@ def replay_cmd(run_id, out_dir, campaign_file, as_json) -> None:
     except ConfigError as exc:
         err.print(f"[red]config error[/red] {exc}")
         sys.exit(2)
-    except (OSError, KeyError) as exc:
+    except (OSError, KeyError, ValueError) as exc:
         err.print(f"[red]error[/red] no run {run_id!r} in that campaign ({exc})")
         sys.exit(2)
     _, orig_path = run_paths(out, run_id)
@@ -130,11 +131,10 @@ def report_cmd(out_dir) -> None:
     """Rewrite junit.xml, report.html and summary.json of OUT_DIR from its results."""
     from hil.campaign.expand import expand
     from hil.campaign.report import write_reports
-    from hil.campaign.runner import load_results
-    from hil.campaign.schema import Campaign
+    from hil.campaign.runner import load_results, read_campaign
 
     out = Path(out_dir)
-    c = Campaign.model_validate_json((out / "campaign.json").read_text())
+    c = read_campaign(out)
     summary = write_reports(c, load_results(out, expand(c)), out)
     click.echo(json.dumps({k: summary[k] for k in ("runs", "passed_runs", "html", "junit")}))
     sys.exit(0 if summary["passed_runs"] == summary["runs"] else 1)
