@@ -255,7 +255,9 @@ def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_inf
         import pandas as pd
 
         df = pd.DataFrame(columns=["step", "t_s"])
-    step_s, decimate = runtime.step_s, int(c.campaign.record_decimate)
+    from hil.campaign.worker import decimate_of
+
+    step_s, decimate = runtime.step_s, decimate_of(c, run)
     f = stage.faults[0] if stage.faults else None
     window = (f.start_k, f.end_k) if f is not None else (None, None)
     decisions = load_decisions(run_dir / "safety-decisions.jsonl")

@@ -260,7 +260,7 @@ class LatencyFault(Fault):
     def begin(self, st, k):
         n = self.index.size
         self.state["ring"] = np.zeros((self.lead_k + 1, n))
-        self.state["served_k"] = -1
+        self.state["served_k"] = self.start_k - 1  # the last value served before the fault
         self.state["armed_k"] = k
         if self.kind == "jitter_burst":
             rng = np.random.default_rng([st.seed, st.fault_no(self), 13])

@@ -42,13 +42,18 @@ def run_paths(out_dir: Path, run_id: str) -> tuple[Path, Path]:
 
 def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0) -> dict:
     extra: dict = {"loop": {"seed": int(run.seed)},
-                   "recording": {"decimate": int(c.campaign.record_decimate), "enabled": True}}
+                   "recording": {"decimate": decimate_of(c, run), "enabled": True}}
     if sc0.bus is not None:
         extra["bus"] = {"transport": "ipc", "ipc_dir": ipc_dir}
     if sc0.safety is not None:
         extra["safety"] = {"decision_log": str(run_dir / "safety-decisions.jsonl"),
                            "status_path": str(run_dir / "safety-status.json")}
     return extra
+
+
+def decimate_of(c: Campaign, run: RunSpec) -> int:
+    ref = next(s for s in c.scenarios if s.name == run.scenario)
+    return int(ref.record_decimate or c.campaign.record_decimate)
 
 
 def build_stage(c: Campaign, run: RunSpec, runtime, controller: str):
@@ -91,6 +96,10 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     t_wall = time.monotonic()
     ipc_dir = tempfile.mkdtemp(prefix="hilc-")
     env_set: list[str] = []
+    # this run's stderr (and that of the processes it starts: policy, safety) to a file of its own
+    log_fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    saved_fd = os.dup(2)
+    os.dup2(log_fd, 2)
     try:
         sc0 = load_scenario_ref(c, ref)
         sc = load_scenario_ref(c, ref, extra=_extra_overrides(c, run, run_dir, ipc_dir, sc0))
@@ -134,6 +143,9 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
         result = {"run": run.as_dict(), "error": f"{type(exc).__name__}: {exc}",
                   "traceback": traceback.format_exc(limit=8), "criteria": {}, "verdict": "error"}
     finally:
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        os.close(log_fd)
         for key in env_set:
             os.environ.pop(key, None)
         shutil.rmtree(ipc_dir, ignore_errors=True)
