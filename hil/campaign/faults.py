@@ -367,12 +367,16 @@ class FaultStage:
     between; plus the lockstep PLC, if the run has one. See the module docstring."""
 
     def __init__(self, faults: list[Fault], plant, n_steps: int, step_s: float, seed: int,
-                 stop_at_k: int | None = None, plc=None, request_stop=None):
+                 stop_at_k: int | None = None, plc=None, request_stop=None, y_served: np.ndarray | None = None):
+        """y_served: the loop's served-output array (Runtime.y_meas), updated in place every step;
+        at the top of step k it holds what step k-1 served (the value a stuck sensor keeps).
+        The applied inputs of step k-1 are the plant's input array (plant.u) at that point."""
         self.faults = list(faults)
         self.plant, self.n_steps, self.step_s, self.seed = plant, int(n_steps), float(step_s), int(seed)
         self.plc = plc
-        self.y_last = np.zeros(plant.spec.n_outputs)  # last served outputs (for "hold" values)
-        self.u_last = np.zeros(plant.spec.n_inputs)
+        self._own_y = y_served is None
+        self.y_last = np.zeros(plant.spec.n_outputs) if y_served is None else y_served
+        self.u_last = plant.u
         self._events: list[tuple[int, int, Fault]] = []  # (step, 0 = end | 1 = begin, fault)
         for f in self.faults:
             self._events.append((max(0, f.start_k - f.lead_k), 1, f))
@@ -424,9 +428,9 @@ class FaultStage:
     def actuate(self, k: int, t: float, u_app: np.ndarray) -> None:
         for f in self._active["actuate"]:
             f.apply(self, k, u_app)
-        self.u_last[:] = u_app
 
     def sense(self, k: int, t_end: float, y: np.ndarray) -> None:
         for f in self._active["sense"]:
             f.apply(self, k, y)
-        self.y_last[:] = y
+        if self._own_y:  # (standalone use; in the loop y_last is the loop's own array)
+            self.y_last[:] = y

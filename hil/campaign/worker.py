@@ -77,7 +77,7 @@ def build_stage(c: Campaign, run: RunSpec, runtime, controller: str):
     if controller == "softplc" and runtime.lockstep:
         plc = LockstepPlc(runtime.scenario, runtime.spec, runtime.image, runtime.y_meas, runtime.step_s)
     return FaultStage(faults, runtime.plant, runtime.n_steps, runtime.step_s, run.seed, stop_at_k=stop_at_k,
-                      plc=plc, request_stop=runtime.request_stop), args
+                      plc=plc, request_stop=runtime.request_stop, y_served=runtime.y_meas), args
 
 
 def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: bool | None = None,

@@ -28,8 +28,9 @@ def _serve(stage, n=40, which="sense"):
         if which == "sense":
             y = np.full(SPEC.n_outputs, float(k))
             stage.sense(k, k + 1.0, y)
-        else:
-            y = np.full(SPEC.n_inputs, float(k))
+        else:  # as in the loop: the applied inputs are the plant's own input array
+            y = stage.plant.u
+            y[:] = float(k)
             stage.actuate(k, float(k), y)
         out.append(y.copy())
     return np.array(out)
@@ -63,6 +64,13 @@ def test_actuator_degraded_and_saturated_change_the_applied_value():
     st, _ = _stage({"kind": "actuator_saturated", "signal": "agitation_power", "high": 3.0})
     u = _serve(st, which="actuate")
     assert np.all(u[10:15, i] == 3.0)
+
+
+def test_actuator_stuck_holds_the_value_applied_before_the_fault():
+    st, _ = _stage({"kind": "actuator_stuck", "signal": "feed_rate"})
+    u = _serve(st, which="actuate")
+    i = SPEC.index("inputs", "feed_rate")
+    assert np.all(u[10:15, i] == 9.0) and u[15, i] == 15.0
 
 
 def test_latency_spike_serves_older_values_without_overtaking():
