@@ -15,9 +15,10 @@ Kinds:
     envelope            every signal of [envelopes.<envelope>] within its [low, high]
     fallback_within     the fallback engaged within `periods` loop steps of the fault start:
                         the safety's baseline took over (decision log: fallback_enter,
-                        silent_enter, a baseline decision) or the loop's watchdog / the PLC's
-                        safe outputs (cmd.<input> equal to bus.fallback_action /
-                        softplc.safe_outputs). n/a without a fault
+                        silent_enter, a baseline decision), the loop's watchdog (cmd.<input>
+                        equal to bus.fallback_action) or, in real time, the SoftPLC declared
+                        a comm loss (its scan log; its safe outputs reach the plant only once
+                        the link is back). n/a without a fault
     rollback            expect = true: a rollback happened after the fault start; false: none did
     iae                 integral of |signal - setpoint| dt over the window <= max (signal unit x s)
     final               the last value of signal within [min, max] (e.g. product titer)
@@ -138,7 +139,8 @@ def _engaged_step(decisions, fb_times, start_s: float, step_s: float) -> int | N
     return int(round((min(cands) - start_s) / step_s))
 
 
-def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_times, fault_kind) -> dict:
+def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_times, fault_kind,
+          info: dict | None = None) -> dict:
     """One criterion on one run: {"status", "value", "detail"}."""
     start_k, end_k = window
     t = df["t_s"].to_numpy() if not df.empty else np.zeros(0)
@@ -159,6 +161,9 @@ def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_
         if start_k is None or fault_kind == "none":
             return {"status": NA, "value": None, "detail": "no fault in this run"}
         k = _engaged_step(decisions, fb_times, start_k * step_s, step_s)
+        plc_k = (info or {}).get("plc_comm_loss_periods")  # real time: the SoftPLC's comm loss
+        if plc_k is not None:
+            k = plc_k if k is None else min(k, plc_k)
         if k is None:
             return {"status": FAIL, "value": None, "detail": "the fallback never engaged after the fault"}
         return {"status": PASS if k <= cr.periods else FAIL, "value": k,
@@ -269,7 +274,7 @@ def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_inf
             continue
         try:
             crit[cr.name] = check(cr, c, df, sc, runtime.spec, summary, step_s, decimate, window, decisions,
-                                  fb_times, kind)
+                                  fb_times, kind, extra_info)
         except KeyError as exc:
             crit[cr.name] = {"status": FAIL, "value": None, "detail": str(exc)}
     failed = [n for n, r in crit.items() if r["status"] == FAIL]

@@ -329,8 +329,17 @@ class PlcFault(Fault):
 
 
 class ExternalFault(Fault):
-    """Injected outside the loop's process (policy, safety, link proxy): the stage only ends the
-    run when stop_after_s says so; the runner hands the window to the process concerned."""
+    """Injected outside the loop's process (policy, safety, link proxy): the stage hands the
+    window's start and end to `FaultStage.external` (real time: hil/campaign/realtime.py);
+    policy and safety faults are also keyed on simulated time inside those processes."""
+
+    def begin(self, st, k):
+        if st.external is not None:
+            st.external(self, True)
+
+    def end(self, st, k):
+        if st.external is not None:
+            st.external(self, False)
 
 
 def build_fault(name: str, kind: str, args: dict, start_s: float, duration_s: float, shape: str,
@@ -367,13 +376,15 @@ class FaultStage:
     between; plus the lockstep PLC, if the run has one. See the module docstring."""
 
     def __init__(self, faults: list[Fault], plant, n_steps: int, step_s: float, seed: int,
-                 stop_at_k: int | None = None, plc=None, request_stop=None, y_served: np.ndarray | None = None):
+                 stop_at_k: int | None = None, plc=None, request_stop=None, y_served: np.ndarray | None = None,
+                 external=None):
         """y_served: the loop's served-output array (Runtime.y_meas), updated in place every step;
         at the top of step k it holds what step k-1 served (the value a stuck sensor keeps).
         The applied inputs of step k-1 are the plant's input array (plant.u) at that point."""
         self.faults = list(faults)
         self.plant, self.n_steps, self.step_s, self.seed = plant, int(n_steps), float(step_s), int(seed)
         self.plc = plc
+        self.external = external  # callback(fault, begin: bool) for faults outside this process
         self._own_y = y_served is None
         self.y_last = np.zeros(plant.spec.n_outputs) if y_served is None else y_served
         self.u_last = plant.u

@@ -53,7 +53,9 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
         runs = [r for r in runs if r.run_id in only]
     done = {r["run"]["run_id"]: r for r in load_results(out_dir, runs)}
     todo = [r for r in runs if r.run_id not in done]
-    workers = workers or c.campaign.workers or os.cpu_count() or 1
+    # real time: one run at a time unless asked (a real-time loop needs a core of its own)
+    default = 1 if c.campaign.mode == "realtime" else (os.cpu_count() or 1)
+    workers = workers or c.campaign.workers or default
     workers = min(workers, max(1, len(todo)))
     counts = {"pass": sum(r.get("verdict") == "pass" for r in done.values())}
     counts["fail"] = len(done) - counts["pass"]

@@ -138,9 +138,6 @@ def parse_campaign(data: dict, source: str = "", base_dir: str | Path = ".") -> 
         raise ConfigError("scenarios", f"scenario names must be unique: {names}", source=source)
     if not c.seed_list():
         raise ConfigError("campaign.seeds", "no seeds", source=source)
-    if c.campaign.mode == "realtime":
-        raise ConfigError("campaign.mode", "real-time campaigns (real adapters, SoftPLC process, link proxy) are "
-                          "not available yet: use \"lockstep\"", source=source)
     if not c.faults:
         raise ConfigError("faults", "a campaign needs at least one [faults.<name>] (kind = \"none\" for a baseline)",
                           source=source)

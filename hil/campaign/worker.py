@@ -40,9 +40,15 @@ def run_paths(out_dir: Path, run_id: str) -> tuple[Path, Path]:
     return Path(out_dir) / "runs" / run_id, Path(out_dir) / "results" / f"{run_id}.json"
 
 
-def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0) -> dict:
+def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, realtime: bool) -> dict:
     extra: dict = {"loop": {"seed": int(run.seed)},
                    "recording": {"decimate": decimate_of(c, run), "enabled": True}}
+    if realtime:  # every run its own ports: parallel runs never collide
+        from hil.campaign.realtime import free_port
+
+        for section in ("modbus", "opcua"):
+            if getattr(sc0, section) is not None:
+                extra[section] = {"port": free_port()}
     if sc0.bus is not None:
         extra["bus"] = {"transport": "ipc", "ipc_dir": ipc_dir}
     if sc0.safety is not None:
@@ -56,7 +62,7 @@ def decimate_of(c: Campaign, run: RunSpec) -> int:
     return int(ref.record_decimate or c.campaign.record_decimate)
 
 
-def build_stage(c: Campaign, run: RunSpec, runtime, controller: str):
+def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None):
     """The FaultStage for this run (and the lockstep PLC when the controller is the SoftPLC)."""
     from hil.campaign.faults import FaultStage, build_fault, check_fault
     from hil.campaign.plc import LockstepPlc
@@ -73,11 +79,12 @@ def build_stage(c: Campaign, run: RunSpec, runtime, controller: str):
     stop_at_k = None
     if faults and math.isfinite(stop_after) and faults[0].end_k < 1 << 60:
         stop_at_k = faults[0].end_k + int(round(stop_after / runtime.step_s))
-    plc = None
+    plc = rt_ctl
     if controller == "softplc" and runtime.lockstep:
         plc = LockstepPlc(runtime.scenario, runtime.spec, runtime.image, runtime.y_meas, runtime.step_s)
     return FaultStage(faults, runtime.plant, runtime.n_steps, runtime.step_s, run.seed, stop_at_k=stop_at_k,
-                      plc=plc, request_stop=runtime.request_stop, y_served=runtime.y_meas), args
+                      plc=plc, request_stop=runtime.request_stop, y_served=runtime.y_meas,
+                      external=rt_ctl.external if rt_ctl is not None else None), args
 
 
 def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: bool | None = None,
@@ -102,16 +109,23 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     os.dup2(log_fd, 2)
     try:
         sc0 = load_scenario_ref(c, ref)
-        sc = load_scenario_ref(c, ref, extra=_extra_overrides(c, run, run_dir, ipc_dir, sc0))
+        sc = load_scenario_ref(c, ref, extra=_extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime))
         controller = controller_of(ref, sc)
         runtime = Runtime(sc, lockstep=not realtime, duration_s=run.run_duration_s, record=True,
                           record_path=str(run_dir / "rec"), start_servers=realtime,
                           scenario_path=str(c.resolve(ref.file)))
-        stage, args = build_stage(c, run, runtime, controller)
-        runtime.hooks = stage
         fault_cfg = c.faults[run.fault]
         kind = fault_cfg.get("kind", "none")
-        if kind.startswith(("policy_", "safety_")):
+        rt_ctl = None
+        if realtime:
+            from hil.campaign.realtime import RealtimeControl
+
+            rt_ctl = RealtimeControl(sc, run, run_dir, kind, {k: v for k, v in fault_cfg.items()}, controller)
+        stage, args = build_stage(c, run, runtime, controller, rt_ctl)
+        if rt_ctl is not None:
+            rt_ctl.args = args
+        runtime.hooks = stage
+        if kind.startswith(("policy_", "safety_")) and not (realtime and kind == "policy_hang"):
             from hil.campaign.process_faults import ProcessFault
 
             pf = ProcessFault("policy" if kind.startswith("policy_") else "safety", kind, run.start_s,
@@ -119,11 +133,6 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
             key, val = pf.to_env()
             os.environ[key] = val
             env_set.append(key)
-        rt_ctl = None
-        if realtime:
-            from hil.campaign.realtime import RealtimeControl
-
-            rt_ctl = RealtimeControl(c, run, sc, runtime, run_dir, kind, args, controller)
         with runtime:
             if rt_ctl is not None:
                 summary = runtime.run(on_started=rt_ctl.started, on_stopping=rt_ctl.stopping).as_dict()
@@ -132,7 +141,7 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
         if summary.get("stop_reason") == "stop requested" and not stage.stopped_run:
             raise RunInterrupted(run.run_id)
         extra_info = rt_ctl.info() if rt_ctl is not None else {}
-        if stage.plc is not None:
+        if stage.plc is not None and hasattr(stage.plc, "scans"):
             extra_info["plc_scans"] = stage.plc.scans
         result = evaluate(c, run, sc, runtime, summary, stage, run_dir, extra_info)
     except RunInterrupted:
