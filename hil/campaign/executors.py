@@ -38,7 +38,11 @@ def _worker_init(campaign) -> None:
     os.setpgrp()  # its own group: the driver cleans up the worker and every child of its runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     _CAMPAIGN = campaign
+    import pyarrow.parquet  # noqa: F401
     import hil.runtime  # noqa: F401  (warm: imports and the Numba cache once per worker)
+    from hil.campaign import worker
+
+    worker.FORK_HELPERS = True  # this process is single-threaded: lockstep runs fork their recorder
 
 
 def _worker_run(run, out_dir: str, realtime):

@@ -30,6 +30,7 @@ from hil.campaign.expand import RunSpec
 from hil.campaign.schema import Campaign, controller_of, load_scenario_ref
 
 NONDETERMINISTIC = ("wall_ns", "lateness_us")
+FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
 
 
 class RunInterrupted(Exception):
@@ -107,6 +108,9 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     log_fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     saved_fd = os.dup(2)
     os.dup2(log_fd, 2)
+    from hil import recorder as _recorder
+
+    _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
         sc0 = load_scenario_ref(c, ref)
         sc = load_scenario_ref(c, ref, extra=_extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime))
