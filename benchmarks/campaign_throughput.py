@@ -94,6 +94,7 @@ def main() -> None:
     out["projected_1000_runs_s"] = round(1000 / best, 1)
     out["goal_1000_runs_s"] = 600.0
     out["plant_alone_s"] = round(_plant_alone(a.duration_s), 4)
+    out["load_average_1min"] = round(os.getloadavg()[0], 2)  # other work on the machine during the run
     print(json.dumps(out))
 
 

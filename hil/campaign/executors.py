@@ -37,6 +37,7 @@ def _worker_init(campaign) -> None:
     global _CAMPAIGN
     os.setpgrp()  # its own group: the driver cleans up the worker and every child of its runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    signal.signal(signal.SIGTERM, _terminate)  # unwind (close the image, stop the recorder), then exit
     _CAMPAIGN = campaign
     import pyarrow.parquet  # noqa: F401
     import hil.runtime  # noqa: F401  (warm: imports and the Numba cache once per worker)
@@ -45,10 +46,17 @@ def _worker_init(campaign) -> None:
     worker.FORK_HELPERS = True  # this process is single-threaded: lockstep runs fork their recorder
 
 
-def _worker_run(run, out_dir: str, realtime):
-    from hil.campaign.worker import execute_run
+def _terminate(*_args) -> None:
+    raise SystemExit(143)
 
-    return execute_run(_CAMPAIGN, run, out_dir, realtime=realtime)
+
+def _worker_run(run, out_dir: str, realtime):
+    from hil.campaign.worker import RunInterrupted, execute_run
+
+    try:
+        return execute_run(_CAMPAIGN, run, out_dir, realtime=realtime)
+    except (RunInterrupted, SystemExit, KeyboardInterrupt):
+        os._exit(143)  # stopped by the driver: everything of the run is closed by now; no result
 
 
 def run_local(campaign, runs, out_dir: Path, workers: int, on_result: Callable[[dict], None],
@@ -83,11 +91,19 @@ def kill_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
+    import glob
+
     for p in procs:
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        # shared memory of a worker that had to be killed: its images, lock files and recorder rings
+        for path in glob.glob(f"/dev/shm/hil_{p.pid}_*") + glob.glob(f"/dev/shm/hil_rec_{p.pid}_*"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     pool.shutdown(wait=False, cancel_futures=True)
 
 
