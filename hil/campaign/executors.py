@@ -143,8 +143,9 @@ def run_ray(campaign, runs, out_dir: Path, address: str | None, on_result: Calla
     owns = not ray.is_initialized()
     if owns:
         root = str(Path(__file__).resolve().parents[2])
+        kw = {} if address else {"_node_ip_address": "127.0.0.1"}  # a local instance stays on loopback
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": root}})
+                 runtime_env={"env_vars": {"PYTHONPATH": root}}, **kw)
     rt = campaign.campaign.mode == "realtime" if realtime is None else realtime
     opts = {"num_cpus": 1, "max_retries": 0}
     if rt:
