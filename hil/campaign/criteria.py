@@ -166,7 +166,7 @@ def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_
             k = plc_k if k is None else min(k, plc_k)
         if k is None:
             return {"status": FAIL, "value": None, "detail": "the fallback never engaged after the fault"}
-        return {"status": PASS if k <= cr.periods else FAIL, "value": k,
+        return {"status": PASS if k <= cr.periods else FAIL, "value": k, "margin": cr.periods - k,
                 "detail": f"engaged {k} period(s) after the fault start (limit {cr.periods})"}
     if cr.kind == "rollback":
         since = start_k * step_s if start_k is not None else 0.0
@@ -189,12 +189,15 @@ def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_
                         q = spec.quantity(kind, name)
                         lo, hi = q.low, q.high
                 items.append((col, lo, hi))
-        worst, detail = 0.0, []
+        worst, detail, margin = 0.0, [], math.inf
         for s, lo, hi in items:
             col = resolve_signal(s, df.columns)
             v = df[col].to_numpy()[mask]
             if v.size == 0:
                 continue
+            with np.errstate(invalid="ignore"):
+                m = float(np.min(np.minimum(v - lo, hi - v)))
+            margin = min(margin, m if math.isfinite(m) else -math.inf)
             bad = ~((v >= lo) & (v <= hi))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
@@ -202,13 +205,14 @@ def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_
                 worst = max(worst, ex)
                 detail.append(f"{col} outside [{lo:g}, {hi:g}] in {int(bad.sum())} sample(s) from "
                               f"t = {float(t[mask][i]):g} s (by up to {ex:.4g})")
-        return {"status": FAIL if detail else PASS, "value": worst, "detail": "; ".join(detail)}
+        return {"status": FAIL if detail else PASS, "value": worst, "margin": margin, "detail": "; ".join(detail)}
     col = resolve_signal(cr.signal, df.columns)
     v = df[col].to_numpy()
     if cr.kind == "final":
         last = float(v[-1]) if v.size else math.nan
         ok = cr.min <= last <= cr.max
-        return {"status": PASS if ok else FAIL, "value": last, "detail": f"{col} = {last:.6g} at the end "
+        margin = min(last - cr.min, cr.max - last) if math.isfinite(last) else -math.inf
+        return {"status": PASS if ok else FAIL, "value": last, "margin": margin, "detail": f"{col} = {last:.6g} at the end "
                 f"(limits [{cr.min:g}, {cr.max:g}])"}
     dt = step_s * decimate
     vw = v[mask]
@@ -216,11 +220,11 @@ def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_
         iae = float(np.sum(np.abs(vw - cr.setpoint)) * dt) if vw.size else 0.0
         if not math.isfinite(iae):
             iae = math.inf
-        return {"status": PASS if iae <= cr.max else FAIL, "value": iae,
+        return {"status": PASS if iae <= cr.max else FAIL, "value": iae, "margin": cr.max - iae,
                 "detail": f"IAE of {col} around {cr.setpoint:g} = {iae:.6g} (limit {cr.max:g}) over {vw.size * dt:g} s"}
     if cr.kind == "time_outside":
         out_s = float(np.sum(~((vw >= cr.low) & (vw <= cr.high))) * dt)
-        return {"status": PASS if out_s <= cr.max_s else FAIL, "value": out_s,
+        return {"status": PASS if out_s <= cr.max_s else FAIL, "value": out_s, "margin": cr.max_s - out_s,
                 "detail": f"{col} outside [{cr.low:g}, {cr.high:g}] for {out_s:g} s (limit {cr.max_s:g} s)"}
     raise ValueError(cr.kind)
 

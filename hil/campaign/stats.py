@@ -30,8 +30,9 @@ def clopper_pearson_upper(k: int, n: int, confidence: float = 0.95) -> float:
 def summarize(results: list[dict], confidence: float = 0.95) -> dict:
     """{criterion: {"passed", "runs", "failed", "lower", "upper", "worst_run", "sentence"}}.
 
-    The worst run: a failed one with the largest value if any failed, else the passing run with the
-    largest value (closest to its limit for bounds / IAE / time outside)."""
+    The worst run: the one with the smallest margin to the criterion's limit (a failed run before
+    any passing one; the criteria give "margin" in the criterion's unit, e.g. % x s for an IAE);
+    without margins the largest value."""
     out: dict = {}
     for r in results:
         for name, cr in r.get("criteria", {}).items():
@@ -43,9 +44,13 @@ def summarize(results: list[dict], confidence: float = 0.95) -> dict:
             s["passed"] += ok
             if not ok:
                 s["failed"].append(r["run"]["run_id"])
-            v = cr.get("value")
-            score = (0 if ok else 1, v if isinstance(v, (int, float)) and v is not None and math.isfinite(v) else
-                     (math.inf if not ok else -math.inf))
+            v = cr.get("margin")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = -v  # smaller margin = worse
+            else:
+                v = cr.get("value")
+            score = (0 if ok else 1, v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                     else (math.inf if not ok else -math.inf))
             if s["_worst"] is None or score > s["_worst"][0]:
                 s["_worst"] = (score, r["run"]["run_id"])
     for name, s in out.items():

@@ -27,3 +27,9 @@ def test_summary_counts_and_worst_run():
     assert s["c"]["passed"] == 4 and s["c"]["runs"] == 5 and s["c"]["failed"] == ["r3"]
     assert s["c"]["worst_run"] == "r3" and s["d"]["runs"] == 0
     assert s["c"]["sentence"].startswith("held in 4/5 runs: >= ")
+
+
+def test_worst_run_is_the_smallest_margin():
+    res = [{"run": {"run_id": f"r{i}"}, "criteria": {"titer": {"status": "pass", "value": 0.2 + i * 0.01,
+                                                              "margin": i * 0.01 + 0.005}}} for i in range(4)]
+    assert summarize(res)["titer"]["worst_run"] == "r0"  # lowest titer = closest to its minimum
