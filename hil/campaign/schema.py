@@ -88,7 +88,7 @@ class Criterion(_Strict):
 
 class ReportSection(_Strict):
     signals: list[str] = Field(default_factory=list)
-    points: int = Field(400, ge=20, le=5000, description="samples per plotted signal")
+    points: int = Field(200, ge=20, le=5000, description="samples per plotted signal (per run, in the HTML)")
 
 
 class Campaign(_Strict):
