@@ -65,8 +65,9 @@ def decimate_of(c: Campaign, run: RunSpec) -> int:
 
 def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None):
     """The FaultStage for this run (and the lockstep PLC when the controller is the SoftPLC)."""
-    from hil.campaign.faults import FaultStage, build_fault, check_fault
+    from hil.campaign.faults import build_fault, check_fault
     from hil.campaign.plc import LockstepPlc
+    from hil.campaign.stage import FaultStage
     from plants.base import load_plant_module
 
     module = load_plant_module(runtime.scenario.plant.model)

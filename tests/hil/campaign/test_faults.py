@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from hil.campaign.faults import FaultStage, build_fault, check_fault
+from hil.campaign.faults import build_fault, check_fault
+from hil.campaign.stage import FaultStage
 from hil.errors import ConfigError
 from plants.base import Plant, load_plant_module
 
