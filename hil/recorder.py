@@ -115,6 +115,10 @@ class RecorderDied(RuntimeError):
     """The recorder process is gone while the loop still appends rows."""
 
 
+START_METHOD = "spawn"  # multiprocessing start method of the writer; hil.campaign's warm lockstep
+#                         workers (single-threaded, modules loaded) use "fork": ~1 s less per run
+
+
 class Recorder:
     """Loop-side handle: `append(row)` per step; `close()` flushes and waits for the writer.
 
@@ -140,7 +144,7 @@ class Recorder:
         self.header[R_CAP] = capacity
         self.ring = np.ndarray((capacity, ncols), dtype=np.float64, buffer=self._shm.buf, offset=N_RING_HEADER * 8)
         self.capacity = capacity
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(START_METHOD)
         ready = ctx.Event()
         self._proc = ctx.Process(
             target=_recorder_main,

@@ -134,6 +134,8 @@ class Runtime:
     _policy_handles = None  # set by _start_children; a default so any partial start can be stopped
     scheduling: dict | None = None  # what the loop obtained (rt.apply_loop_scheduling), set at start
     on_scheduled = None  # optional callback(scheduling, warnings), once scheduling is set (the CLI's banner)
+    hooks = None  # optional per-step hooks: pre(k, t), actuate(k, t, u_app), sense(k, t_end, y_meas)
+    #               (fault injection, hil/campaign/faults.py FaultStage); None: not called
 
     def __init__(self, scenario: Scenario, *, lockstep: bool = False, duration_s: float | None = None,
                  record: bool | None = None, record_path: str | None = None, image_name: str | None = None,
@@ -452,7 +454,7 @@ class Runtime:
         self._row_views()
         status_every = self.scenario.loop.status_interval_s
         next_status = time.monotonic() + status_every
-        lockstep = self.lockstep
+        lockstep, hooks = self.lockstep, self.hooks
         corr = self.correction
         if corr is not None:
             corr_W, corr_lo, corr_sc, corr_idx = corr
@@ -465,6 +467,8 @@ class Runtime:
             late_ns = clock.wait()
             wall_ns = time.monotonic_ns()
             t = k * step_s
+            if hooks is not None:
+                hooks.pre(k, t)
             # 1. commanded inputs (a torn read keeps the previous ones; stuck: repair / alarm)
             if image.read_inputs_into(u_image):
                 take_into(u_cmd, u_image, plc_idx)
@@ -483,6 +487,8 @@ class Runtime:
                 gaps.actuate(t, u_clip, u_app)
             else:
                 np.copyto(u_app, u_clip)
+            if hooks is not None:
+                hooks.actuate(k, t, u_app)
             plant.step(dt)  # u_app is plant.u
             if corr is not None:  # learned residual dynamics (hil/calibration/residual.py)
                 apply_correction(plant.x, u_app, dt, corr_W, corr_lo, corr_sc, corr_idx)
@@ -498,6 +504,8 @@ class Runtime:
                 gaps.sense(t + step_s, y_true, y_meas)
             else:
                 np.copyto(y_meas, y_true)
+            if hooks is not None:
+                hooks.sense(k, t + step_s, y_meas)
             # 4. publish
             image.publish(y_meas, u_app, k + 1, t + step_s)
             if bus is not None:

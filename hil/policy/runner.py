@@ -63,6 +63,9 @@ class PolicyRunner:
                                self.key)
         self.cmd_rx = Receiver("command", payload_schema("command", 0, 0, 0), self.key)
         self.sender = Sender("proposal", self.key)
+        from hil.campaign.process_faults import from_env
+
+        self.fault = from_env("policy")  # a campaign's injected fault (HIL_FAULT_POLICY), else None
         self.counters = {"proposals": 0, "proposals_unsent": 0, "policy_errors": 0, "policy_invalid": 0,
                          "obs_superseded": 0, "obs_bad_quality": 0, "commands": 0, "command_errors": 0,
                          "version_switches": 0}
@@ -115,6 +118,8 @@ class PolicyRunner:
     def answer(self, msg) -> bytes | None:
         """The proposal answering observation `msg`, or None if the policy is silent."""
         t0 = time.perf_counter_ns()
+        if self.fault is not None and self.fault.on_observation(msg.t_s):
+            return None  # injected hang: unanswered
         p = msg.payload
         q = p["q"]
         if q.any() and (q == QUALITY_BAD).any():
@@ -132,6 +137,8 @@ class PolicyRunner:
                 a = members.mean(axis=0)
             else:
                 a = np.asarray(pol.act(x), dtype=np.float64)
+            if self.fault is not None:
+                a = self.fault.corrupt(msg.t_s, a)
         except Exception as exc:
             self.counters["policy_errors"] += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -86,6 +86,9 @@ class SafetyProcess:
                  status_path: str | None = None, key: bytes | None = None):
         """`key`: the run's bus secret (None: a random one, for use without other processes)."""
         from hil.bus_config import action_input_names
+        from hil.campaign.process_faults import from_env
+
+        self.fault = from_env("safety")  # a campaign's injected fault (HIL_FAULT_SAFETY), else None
         from hil.policy.loader import policy_store
         from hil.safety.core import SafetyCore
 
@@ -244,6 +247,8 @@ class SafetyProcess:
                                 self.obs_rx.count("superseded")
                             newest = msg
                     if newest is not None and newest.step > core.last_step and obs_accept(newest):
+                        if self.fault is not None:
+                            self.fault.on_observation(newest.t_s)
                         p = newest.payload
                         q = p["q"]
                         if q.any():

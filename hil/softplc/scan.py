@@ -233,6 +233,7 @@ class SoftPlc:
     def run(self, duration_s: float | None = None, stop=None, on_scan=None) -> dict:
         """Scan on absolute deadlines until `duration_s` (wall s) or `stop` is set."""
         self._t0 = t0 = time.monotonic()
+        self.stats.extra["t0_monotonic"] = t0  # scan log t_s = monotonic - this (CLOCK_MONOTONIC is system-wide)
         k = 0
         try:
             while True:

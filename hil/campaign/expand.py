@@ -1,0 +1,60 @@
+"""Campaign -> runs: every scenario x every fault that applies to it x every seed.
+
+A run id is `<scenario>.<fault>.s<seed>`: stable across restarts (resume skips the ids that
+have a result) and enough for `hil campaign replay RUN_ID`. Everything random in a run
+follows from its seed: the scenario's loop.seed (gaps, randomization) is set to it, and a
+fault start given as [low, high] is drawn from (seed, fault name) (crc32, not Python's
+salted hash, so the draw is the same in every process).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from hil.campaign.schema import Campaign, applies
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    scenario: str
+    fault: str
+    seed: int
+    start_s: float
+    duration_s: float  # the fault's, simulated s (inf = to the end)
+    run_duration_s: float | None  # simulated s of the run (None: the scenario's loop.duration_s)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def fault_start(fault: dict, name: str, seed: int) -> float:
+    st = fault.get("start_s", 0.0)
+    if isinstance(st, list):
+        rng = np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(name.encode())])
+        return float(rng.uniform(st[0], st[1]))
+    return float(st)
+
+
+def expand(c: Campaign) -> list[RunSpec]:
+    runs = []
+    for ref in c.scenarios:
+        dur = ref.duration_s or c.campaign.duration_s
+        for fname, f in c.faults.items():
+            if not applies(f, ref.name):
+                continue
+            for seed in c.seed_list():
+                runs.append(RunSpec(f"{ref.name}.{fname}.s{seed}", ref.name, fname, int(seed),
+                                    fault_start(f, fname, seed), float(f.get("duration_s", math.inf)), dur))
+    return runs
+
+
+def find_run(c: Campaign, run_id: str) -> RunSpec:
+    for r in expand(c):
+        if r.run_id == run_id:
+            return r
+    raise KeyError(run_id)

@@ -1,0 +1,102 @@
+"""The campaign driver: expand, skip what is done, execute, report.
+
+    results = run_campaign(campaign, out_dir, executor="local", workers=0, progress=True)
+
+Layout of `out_dir`: campaign.json (the validated campaign, for replay), results/<run_id>.json
+(one per finished run: the resume marker), runs/<run_id>/ (recording, decision log),
+junit.xml, report.html, summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from hil.campaign.expand import expand
+from hil.campaign.worker import run_paths
+
+
+def load_results(out_dir: Path, runs) -> list[dict]:
+    out = []
+    for r in runs:
+        _, path = run_paths(out_dir, r.run_id)
+        if path.exists():
+            try:
+                out.append(json.loads(path.read_text()))
+            except ValueError:
+                pass  # half-written: runs again
+    return out
+
+
+def save_campaign(c, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "campaign.json").write_text(json.dumps(c.model_dump(mode="python"), indent=1))  # inf kept
+
+
+def read_campaign(out_dir: Path):
+    """The campaign saved in an output directory (by run_campaign)."""
+    from hil.campaign.schema import Campaign
+
+    return Campaign.model_validate(json.loads((Path(out_dir) / "campaign.json").read_text()))
+
+
+def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0, address: str | None = None,
+                 progress: bool = True, console=None, realtime: bool | None = None,
+                 only: list[str] | None = None) -> list[dict]:
+    """Run every run of the campaign that has no result yet; return all results (old and new)."""
+    out_dir = Path(out_dir)
+    save_campaign(c, out_dir)
+    runs = expand(c)
+    if only:
+        runs = [r for r in runs if r.run_id in only]
+    done = {r["run"]["run_id"]: r for r in load_results(out_dir, runs)}
+    todo = [r for r in runs if r.run_id not in done]
+    # real time: one run at a time unless asked (a real-time loop needs a core of its own)
+    default = 1 if c.campaign.mode == "realtime" else (os.cpu_count() or 1)
+    workers = workers or c.campaign.workers or default
+    workers = min(workers, max(1, len(todo)))
+    counts = {"pass": sum(r.get("verdict") == "pass" for r in done.values())}
+    counts["fail"] = len(done) - counts["pass"]
+    results = list(done.values())
+
+    bar = None
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+            TimeRemainingColumn
+
+        bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("[green]{task.fields[ok]} pass[/green] [red]{task.fields[bad]} fail[/red]"),
+                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                       transient=False)
+        task = bar.add_task(c.name, total=len(runs), completed=len(done), ok=counts["pass"], bad=counts["fail"])
+        bar.start()
+
+    def on_result(res: dict) -> None:
+        results.append(res)
+        counts["pass" if res.get("verdict") == "pass" else "fail"] += 1
+        if bar is not None:
+            bar.update(task, advance=1, ok=counts["pass"], bad=counts["fail"])
+
+    t0 = time.monotonic()
+    try:
+        if todo:
+            if executor == "ray":
+                from hil.campaign.executors import run_ray
+
+                run_ray(c, todo, out_dir, address, on_result, realtime=realtime)
+            else:
+                from hil.campaign.executors import run_local
+
+                run_local(c, todo, out_dir, workers, on_result, realtime=realtime)
+    finally:
+        if bar is not None:
+            bar.stop()
+    elapsed = time.monotonic() - t0
+    order = {r.run_id: i for i, r in enumerate(runs)}
+    results.sort(key=lambda r: order.get(r["run"]["run_id"], 1 << 30))
+    (out_dir / "last_execution.json").write_text(json.dumps(
+        {"executor": executor, "workers": workers, "runs_executed": len(todo), "runs_skipped": len(done),
+         "wall_s": round(elapsed, 3)}))
+    return results

@@ -1,0 +1,199 @@
+"""One campaign run: scenario + fault + seed -> recording -> criteria -> result JSON.
+
+    result = execute_run(campaign, run_spec, out_dir)      # in a worker process
+
+The run's directory is `<out>/runs/<run_id>/` (recording in `rec/`, the safety's decision log,
+the SoftPLC log in real time); the result is `<out>/results/<run_id>.json`, written atomically
+last, so a run without a result file is not done (resume runs it again from scratch).
+
+The result holds: the run spec, the fault window (steps and s), the run summary's essentials,
+per criterion {"status": "pass" | "fail" | "n/a", "value", "detail"}, the interventions seen
+(safety clips, fallbacks, rollbacks, the loop's watchdog), the plotted signals downsampled,
+and `digest`: sha256 of every deterministic column of the recording (all but wall_ns and
+lateness_us), which `hil campaign replay` compares bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hil.campaign.expand import RunSpec
+from hil.campaign.schema import Campaign, controller_of, load_scenario_ref
+
+NONDETERMINISTIC = ("wall_ns", "lateness_us")
+FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
+
+
+class RunInterrupted(Exception):
+    """The run was stopped from outside (Ctrl-C in the driver): no result, it runs again on resume."""
+
+
+def run_paths(out_dir: Path, run_id: str) -> tuple[Path, Path]:
+    return Path(out_dir) / "runs" / run_id, Path(out_dir) / "results" / f"{run_id}.json"
+
+
+def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, realtime: bool) -> dict:
+    extra: dict = {"loop": {"seed": int(run.seed)},
+                   "recording": {"decimate": decimate_of(c, run), "enabled": True}}
+    if realtime:  # every run its own ports: parallel runs never collide
+        from hil.campaign.realtime import free_port
+
+        for section in ("modbus", "opcua"):
+            if getattr(sc0, section) is not None:
+                extra[section] = {"port": free_port()}
+    if sc0.bus is not None:
+        extra["bus"] = {"transport": "ipc", "ipc_dir": ipc_dir}
+    if sc0.safety is not None:
+        extra["safety"] = {"decision_log": str(run_dir / "safety-decisions.jsonl"),
+                           "status_path": str(run_dir / "safety-status.json")}
+    return extra
+
+
+def decimate_of(c: Campaign, run: RunSpec) -> int:
+    ref = next(s for s in c.scenarios if s.name == run.scenario)
+    return int(ref.record_decimate or c.campaign.record_decimate)
+
+
+def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None):
+    """The FaultStage for this run (and the lockstep PLC when the controller is the SoftPLC)."""
+    from hil.campaign.faults import build_fault, check_fault
+    from hil.campaign.plc import LockstepPlc
+    from hil.campaign.stage import FaultStage
+    from plants.base import load_plant_module
+
+    module = load_plant_module(runtime.scenario.plant.model)
+    f = c.faults[run.fault]
+    args = check_fault(f, f"faults.{run.fault}", runtime.spec, module)
+    faults = []
+    if f.get("kind") != "none":
+        faults.append(build_fault(run.fault, f["kind"], args, run.start_s, run.duration_s, f.get("shape", "step"),
+                                  runtime.spec, module, runtime.step_s))
+    stop_after = float(f.get("stop_after_s", math.inf))
+    stop_at_k = None
+    if faults and math.isfinite(stop_after) and faults[0].end_k < 1 << 60:
+        stop_at_k = faults[0].end_k + int(round(stop_after / runtime.step_s))
+    plc = rt_ctl
+    if controller == "softplc" and runtime.lockstep:
+        plc = LockstepPlc(runtime.scenario, runtime.spec, runtime.image, runtime.y_meas, runtime.step_s)
+    return FaultStage(faults, runtime.plant, runtime.n_steps, runtime.step_s, run.seed, stop_at_k=stop_at_k,
+                      plc=plc, request_stop=runtime.request_stop, y_served=runtime.y_meas,
+                      external=rt_ctl.external if rt_ctl is not None else None), args
+
+
+def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: bool | None = None,
+                keep_recording: bool = True) -> dict:
+    """Run one spec to its result dict (also written to results/<run_id>.json)."""
+    from hil.campaign.criteria import evaluate
+    from hil.runtime import Runtime
+
+    out_dir = Path(out_dir)
+    run_dir, result_path = run_paths(out_dir, run.run_id)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a run interrupted before its result: start it over
+    run_dir.mkdir(parents=True)
+    realtime = (c.campaign.mode == "realtime") if realtime is None else realtime
+    ref = next(s for s in c.scenarios if s.name == run.scenario)
+    t_wall = time.monotonic()
+    ipc_dir = tempfile.mkdtemp(prefix="hilc-")
+    env_set: list[str] = []
+    # this run's stderr (and that of the processes it starts: policy, safety) to a file of its own
+    log_fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    saved_fd = os.dup(2)
+    os.dup2(log_fd, 2)
+    from hil import recorder as _recorder
+
+    _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
+    try:
+        sc0 = load_scenario_ref(c, ref)
+        sc = load_scenario_ref(c, ref, extra=_extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime))
+        controller = controller_of(ref, sc)
+        runtime = Runtime(sc, lockstep=not realtime, duration_s=run.run_duration_s, record=True,
+                          record_path=str(run_dir / "rec"), start_servers=realtime,
+                          scenario_path=str(c.resolve(ref.file)))
+        fault_cfg = c.faults[run.fault]
+        kind = fault_cfg.get("kind", "none")
+        rt_ctl = None
+        if realtime:
+            from hil.campaign.realtime import RealtimeControl
+
+            rt_ctl = RealtimeControl(sc, run, run_dir, kind, {k: v for k, v in fault_cfg.items()}, controller)
+        stage, args = build_stage(c, run, runtime, controller, rt_ctl)
+        if rt_ctl is not None:
+            rt_ctl.args = args
+        runtime.hooks = stage
+        if kind.startswith(("policy_", "safety_")) and not (realtime and kind == "policy_hang"):
+            from hil.campaign.process_faults import ProcessFault
+
+            pf = ProcessFault("policy" if kind.startswith("policy_") else "safety", kind, run.start_s,
+                              run.start_s + run.duration_s, args)
+            key, val = pf.to_env()
+            os.environ[key] = val
+            env_set.append(key)
+        with runtime:
+            if rt_ctl is not None:
+                summary = runtime.run(on_started=rt_ctl.started, on_stopping=rt_ctl.stopping).as_dict()
+            else:
+                summary = runtime.run().as_dict()
+        if summary.get("stop_reason") == "stop requested" and not stage.stopped_run:
+            raise RunInterrupted(run.run_id)
+        extra_info = rt_ctl.info() if rt_ctl is not None else {}
+        if stage.plc is not None and hasattr(stage.plc, "scans"):
+            extra_info["plc_scans"] = stage.plc.scans
+        result = evaluate(c, run, sc, runtime, summary, stage, run_dir, extra_info)
+    except RunInterrupted:
+        raise
+    except Exception as exc:  # noqa: BLE001  (a run that cannot run is a failed run, with the reason)
+        import traceback
+
+        result = {"run": run.as_dict(), "error": f"{type(exc).__name__}: {exc}",
+                  "traceback": traceback.format_exc(limit=8), "criteria": {}, "verdict": "error"}
+    finally:
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        os.close(log_fd)
+        for key in env_set:
+            os.environ.pop(key, None)
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+    result["wall_s"] = round(time.monotonic() - t_wall, 3)
+    result["worker_pid"] = os.getpid()
+    if not keep_recording:
+        shutil.rmtree(run_dir / "rec", ignore_errors=True)
+    write_result(result_path, result)
+    return result
+
+
+def write_result(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, default=_json_default, allow_nan=True))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def recording_digest(df) -> str:
+    """sha256 over the deterministic columns (name + float64 bytes), in column order."""
+    h = hashlib.sha256()
+    for col in df.columns:
+        if col in NONDETERMINISTIC:
+            continue
+        h.update(col.encode())
+        h.update(np.ascontiguousarray(df[col].to_numpy(dtype=np.float64)).tobytes())
+    return h.hexdigest()

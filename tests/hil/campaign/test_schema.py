@@ -1,0 +1,56 @@
+"""Campaign files: expansion, seeds, and errors that name the key."""
+
+from pathlib import Path
+
+import pytest
+
+from hil.campaign.expand import expand
+from hil.campaign.schema import parse_campaign
+from hil.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _camp(**over):
+    d = {"campaign": {"name": "t", "seeds": 3},
+         "scenarios": [{"name": "plc", "file": str(ROOT / "configs/bioreactor_plc.toml"), "controller": "softplc"}],
+         "faults": {"none": {"kind": "none"},
+                    "stuck": {"kind": "sensor_stuck", "signal": "ph", "start_s": [10.0, 20.0], "duration_s": 5.0}}}
+    for k, v in over.items():
+        d[k] = v
+    return d
+
+
+def test_expand_scenarios_faults_seeds_with_stable_drawn_starts():
+    c = parse_campaign(_camp())
+    runs = expand(c)
+    assert [r.run_id for r in runs] == ["plc.none.s1", "plc.none.s2", "plc.none.s3",
+                                        "plc.stuck.s1", "plc.stuck.s2", "plc.stuck.s3"]
+    starts = [r.start_s for r in runs if r.fault == "stuck"]
+    assert all(10.0 <= s <= 20.0 for s in starts) and len(set(starts)) == 3
+    assert starts == [r.start_s for r in expand(parse_campaign(_camp())) if r.fault == "stuck"]
+
+
+def test_shipped_campaigns_parse():
+    from hil.campaign.schema import load_campaign
+
+    c = load_campaign(ROOT / "configs/campaigns/bioreactor_faults.toml")
+    runs = expand(c)
+    kinds = {c.faults[r.fault]["kind"] for r in runs} - {"none"}
+    assert len(runs) == 600 and len(kinds) >= 10 and len(c.seed_list()) == 20
+    assert load_campaign(ROOT / "configs/campaigns/bioreactor_smoke_rt.toml").campaign.mode == "realtime"
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"faults": {"l": {"kind": "link_drop", "start_s": 1.0, "duration_s": 1.0}}}, "faults.l.kind"),
+    ({"faults": {"p": {"kind": "policy_nan", "start_s": 1.0}}}, "faults.p.scenarios"),
+    ({"faults": {"s": {"kind": "sensor_bias", "signal": "ph", "bias": 1.0, "start_s": [5.0, 1.0]}}},
+     "faults.s.start_s"),
+    ({"criteria": [{"name": "e", "kind": "envelope", "envelope": "nope"}]}, "criteria[0].envelope"),
+    ({"criteria": [{"name": "i", "kind": "iae", "signal": "y.ph"}]}, "criteria[0].setpoint"),
+    ({"criteria": [{"name": "b", "kind": "bounds", "signal": "y.ph", "faults": ["nope"]}]}, "criteria[0].faults"),
+])
+def test_errors_name_the_key(over, key):
+    with pytest.raises(ConfigError) as e:
+        parse_campaign(_camp(**over))
+    assert e.value.path == key, str(e.value)
