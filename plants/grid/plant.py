@@ -8,7 +8,7 @@ Scenario:
     case = "grids/case118.m"       # MATPOWER case (FILE_OPTION: relative to the scenario file)
     ratings = "base_flow"          # line ratings: "base_flow" (default) or "case" (RATE_A)
     rating_margin = 1.25           # base_flow: rating = margin * base-case |S| (larger end), MVA
-    rating_floor_mva = 30.0        # base_flow: no rating below this (lightly loaded lines)
+    rating_floor_mva = 100.0       # base_flow: no rating below this (lightly loaded lines)
     ratings_csv = "ratings.csv"    # optional CSV `line,rating_mva` (line = 1-based branch row)
                                    # overriding single lines (FILE_OPTION)
 
@@ -71,7 +71,7 @@ OPTIONS = {
     "case": "MATPOWER case file (.m)",
     "ratings": "line ratings: 'base_flow' (margin x base-case flow, default) or 'case' (RATE_A, all > 0)",
     "rating_margin": "base_flow ratings: rating = margin x base-case |S| in MVA (default 1.25)",
-    "rating_floor_mva": "base_flow ratings: lowest rating, MVA (default 30)",
+    "rating_floor_mva": "base_flow ratings: lowest rating, MVA (default 100)",
     "ratings_csv": "CSV with columns line,rating_mva (1-based branch row) overriding single lines",
     "limit_margin": "safety rows: keep each line's MW flow under margin x its MW headroom (default 0.95)",
 }
@@ -121,7 +121,7 @@ def line_ratings(case: Case, options: dict) -> np.ndarray:
                              "none (use ratings = 'base_flow' or a ratings_csv)")
     elif mode == "base_flow":
         margin = _option_float(options, "rating_margin", 1.25)
-        floor = _option_float(options, "rating_floor_mva", 30.0)
+        floor = _option_float(options, "rating_floor_mva", 100.0)
         base = GridModel(case, GridParams())
         o = base.out
         s = np.maximum(np.hypot(o["pf_mw"], o["qf_mvar"]), np.hypot(o["pt_mw"], o["qt_mvar"]))
