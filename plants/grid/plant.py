@@ -295,7 +295,7 @@ def _randomizer(lay: dict, base_rating: np.ndarray):
         s = max(float(spread), 0.0)
         r, x, rating = lay["p.r"], lay["p.x"], lay["p.rating"]
         nl = r.stop - r.start
-        zf = np.exp(rng.normal(0.0, s, nl))
+        zf = np.clip(np.exp(rng.normal(0.0, s, nl)), 0.5, 2.0)  # the bounds are 0.5x..2x the case's
         p[r] = np.clip(p[r] * zf, lay["r_lo"], lay["r_hi"])
         p[x] = np.clip(p[x] * zf, lay["x_lo"], lay["x_hi"])
         p[rating] = np.clip(p[rating] * np.exp(rng.normal(0.0, s, nl)), 0.5 * base_rating, 2.0 * base_rating)
