@@ -45,8 +45,9 @@ Faults (`FAULTS`): a line trip is `line.open_cmd = 1`, a unit trip `gen.on = 0`,
 `load.scale` of a bus (or the group) set to the stepped value.
 
 Safety: :func:`linear_limits` gives the wrapper (`[safety.projection] plant_limits = true`)
-one pair of rows per line, `+-(f_l + sum_g PTDF[l, bus_g] (a_g - u_g)) <= margin * P_max,l`,
-with PTDF of the topology the observation shows (recomputed when a line trips).
+one pair of rows per line, `+-(f_l + sum_g PTDF[l, bus_g] (a_g - u_g)) <= P_max,l` (the
+loading's headroom under limit_margin, in MW), with PTDF of the topology the observation
+shows (recomputed when a line trips).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ OPTIONS = {
     "rating_margin": "base_flow ratings: rating = margin x base-case |S| in MVA (default 1.25)",
     "rating_floor_mva": "base_flow ratings: lowest rating, MVA (default 100)",
     "ratings_csv": "CSV with columns line,rating_mva (1-based branch row) overriding single lines",
-    "limit_margin": "safety rows: keep each line's MW flow under margin x its MW headroom (default 0.95)",
+    "limit_margin": "safety rows: keep each line's loading under this fraction of its rating (default 0.95)",
 }
 FILE_OPTIONS = ("case", "ratings_csv")
 
@@ -470,10 +471,16 @@ class LineFlowLimits:
 
         f_l' = f_l + sum_g PTDF[l, bus_g] * (p_set_g' - p_set_g)      (injection at the unit's
                                                                        bus, taken at its island's slack)
-        -P_max,l <= f_l' <= P_max,l,   P_max,l = limit_margin * sqrt(rating_l^2 - q_l^2)
+        -P_max,l <= f_l' <= P_max,l,
+        P_max,l = |f_l| + (limit_margin - loading_l) * rating_l * v_l    (MW)
 
-    f_l, q_l measured (`line.p_mw`, `line.q_mvar`), p_set_g applied (`gen.p_set`). Only rows a
-    move inside the inputs' physical box could violate are returned. PTDF/LODF are recomputed
+    f_l measured (`line.p_mw`), loading_l measured (`line.loading` / 100: |I| of the worse end
+    over the rating, line charging and reactive flow included), v_l the lower of the two end
+    voltages (pu), p_set_g applied (`gen.p_set`). The loading's headroom is turned into MW
+    conservatively: |S| = V |I| moves by at most |dP| for a fixed Q, so the rows keep the
+    loading under limit_margin to first order, re-linearized every step (a line above the
+    margin gets a row pulling its flow back). Only rows a move inside the inputs' physical box
+    could violate are returned. PTDF/LODF are recomputed
     when `line.closed` or `gen.in_service` change (a trip). A signal it reads that is not
     finite (Bad) makes the rows unknown: `unknown(y, u)` says so and the wrapper fails closed.
     `lodf()` gives the current LODF (n_branch x n_branch) for N-1 checks.
@@ -487,6 +494,7 @@ class LineFlowLimits:
         self.margin = float(model.options.get("limit_margin", 0.95)) if model.options else 0.95
         self.rating = model.spec.nominal("params")[L["p.rating"]]
         self.gen_bus = k.case.gen_bus
+        self.f_bus, self.t_bus = k.case.f_bus, k.case.t_bus
         self.u_lo = model.spec.lows("inputs")[L["u.p_set"]]
         self.u_hi = model.spec.highs("inputs")[L["u.p_set"]]
         self.n_inputs = model.spec.n_inputs
@@ -497,7 +505,8 @@ class LineFlowLimits:
 
     def unknown(self, y: np.ndarray, u: np.ndarray) -> bool:
         L = self.lay
-        return not (np.isfinite(y[L["y.pf"]]).all() and np.isfinite(y[L["y.qf"]]).all()
+        return not (np.isfinite(y[L["y.pf"]]).all() and np.isfinite(y[L["y.loading"]]).all()
+                    and np.isfinite(y[L["y.vm"]]).all()
                     and np.isfinite(y[L["y.closed"]]).all() and np.isfinite(y[L["y.gen_on"]]).all()
                     and np.isfinite(u[L["u.p_set"]]).all())
 
@@ -523,8 +532,9 @@ class LineFlowLimits:
         gen_on = np.where(y[L["y.gen_on"]] >= 0.5, 1, 0)
         H = self._ptdf(closed, gen_on)
         f = y[L["y.pf"]]
-        q = y[L["y.qf"]]
-        pmax = self.margin * np.sqrt(np.maximum(self.rating ** 2 - q ** 2, 0.0))
+        vm = y[L["y.vm"]]
+        v = np.minimum(vm[self.f_bus], vm[self.t_bus])
+        pmax = np.abs(f) + (self.margin - y[L["y.loading"]] / 100.0) * self.rating * v
         G = H[:, self.gen_bus] * gen_on[None, :]                 # (n_line, n_gen) MW per MW
         G[closed == 0, :] = 0.0
         u_set = u[L["u.p_set"]]
