@@ -13,7 +13,7 @@ from hil.safety.config import ProjectionSection
 from hil.safety.plant_limits import PlantLimitProjector, plant_limits_hook
 from plants.base import Plant, load_plant
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ACTIONS = ["gen_11.p_set", "gen_29.p_set"]
 
 
