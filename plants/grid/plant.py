@@ -52,6 +52,7 @@ shows (recomputed when a line trips).
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 from pathlib import Path
@@ -504,7 +505,11 @@ class LineFlowLimits:
         k = kernels_of(model)
         self.spec, L = model.spec, k.lay
         self.lay = L
-        self.grid = GridModel(k.case, GridParams())  # private: never the plant's own model
+        case = copy.deepcopy(k.case)  # private, at the nominal (operations') parameters: a plant
+        nominal = model.spec.nominal("params")  # instance stepped with randomized ones never leaks in
+        case.r_pu[:], case.x_pu[:] = nominal[L["p.r"]], nominal[L["p.x"]]
+        case.rate_a_mva[:] = nominal[L["p.rating"]]
+        self.grid = GridModel(case, GridParams())
         self.margin = float(model.options.get("limit_margin", 0.95)) if model.options else 0.95
         self.rating = model.spec.nominal("params")[L["p.rating"]]
         self.gen_bus = k.case.gen_bus
