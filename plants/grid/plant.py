@@ -336,12 +336,10 @@ def build(options: dict) -> PlantModel:
     n, ng, nl = case.n_bus, case.n_gen, case.n_branch
     base = GridModel(case, params)  # balanced initial state: the nominal values
     st, o = base.state, base.out
-    bus = element_names("bus", [int(i) for i in case.bus_id], "")
     bus_ids = [int(i) for i in case.bus_id]
     gen_ids = list(range(1, ng + 1))
     line_ids = list(range(1, nl + 1))
     trafo_rows = np.flatnonzero(case.tap != 1.0)
-    del bus
     b = SpecBuilder("grid", f"AC grid from {Path(path).name}: {n} buses, {ng} units, {nl} branches")
     lay: dict = {}
 
