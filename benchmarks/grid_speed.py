@@ -22,8 +22,14 @@ Human-readable lines go to stderr; the last line of stdout is one JSON object:
                                       series as ours, Python call wall time (median)
         lightsim2grid_case118_internal_ms   the same, lightsim2grid's own timer (C++ side only)
     goals              the issue's targets
+    loop_1khz          (with --loop / --only-loop) the real hil loop (`hil run`, real time) stepping
+                       the grid plant (model = "grid", case118, plants/grid/plant.py) at 1 ms steps for
+                       --loop-seconds: steps, overruns, overruns_per_10k_steps, lateness_us (p50, p99,
+                       p999, max), scheduling obtained; loads follow a +-2 % step profile every 0.5 s;
+                       no servers, recording off unless --loop-record; plant_step_us: Plant.step +
+                       compute_outputs from Python on the same plant (median, p99)
 
-Usage: python benchmarks/grid_speed.py [--quick]
+Usage: python benchmarks/grid_speed.py [--quick] [--loop | --only-loop] [--loop-seconds 10]
 Timings are wall clock on whatever else the machine runs; read them as such.
 """
 
@@ -208,10 +214,87 @@ def ref_lightsim2grid(ref, n):
     return statistics.median(wall) * 1e3, statistics.median(internal) * 1e3
 
 
+LOOP_SCENARIO = """
+[scenario]
+name = "grid118_1khz"
+[plant]
+model = "grid"
+case = "{case}"
+[loop]
+step_s = 0.001
+time_scale = 1.0
+duration_s = {seconds}
+seed = 1
+priority = "auto"
+cpu = "auto"
+[inputs."load.scale"]
+driver = "profile"
+profile = {profile}
+[recording]
+path = "{rec}"
+"""
+
+
+def plant_step_us(n: int) -> dict:
+    """Plant.step(1 ms) + compute_outputs on the grid plant, from Python (the loop's call)."""
+    from plants.base import Plant, load_plant
+
+    model = load_plant("grid", {"case": str(ROOT / "configs" / "grids" / "case118.m")})
+    plant = Plant(model, dt=0.001)
+    ls = model.spec.indices("inputs", "load.scale")
+    times = []
+    for k in range(n + 50):
+        plant.u[ls] = 1.0 + 0.02 * np.sin(2 * np.pi * k / 500)
+        t0 = time.perf_counter()
+        plant.step(0.001)
+        plant.compute_outputs()
+        times.append(time.perf_counter() - t0)
+    t = np.array(times[50:]) * 1e6
+    return {"median": float(np.median(t)), "p99": float(np.percentile(t, 99)), "max": float(t.max())}
+
+
+def bench_loop(seconds: float, record: bool) -> dict:
+    """The real-time loop at 1 kHz with the grid plant, through `hil run` (its JSON summary)."""
+    import subprocess
+    import tempfile
+
+    profile = [[round(0.5 * k, 3), 1.0 + (0.02 if k % 2 else -0.02)] for k in range(int(2 * seconds) + 2)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "grid1k.toml"
+        path.write_text(LOOP_SCENARIO.format(case=ROOT / "configs" / "grids" / "case118.m", seconds=seconds,
+                                             profile=json.dumps(profile), rec=Path(tmp) / "rec"))
+        cmd = [sys.executable, "-m", "hil.cli", "run", str(path), "--json", "--quiet"]
+        if not record:
+            cmd.append("--no-record")
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds * 10 + 120,
+                              env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "1"})
+    if proc.returncode != 0:
+        raise RuntimeError(f"hil run failed: {proc.stderr[-2000:]}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps = max(int(summary["steps"]), 1)
+    return {"steps": steps, "overruns": summary["overruns"], "overruns_per_10k_steps": 1e4 * summary["overruns"] / steps,
+            "late_steps": summary.get("late_steps"), "lateness_us": summary["lateness_us"],
+            "scheduling": summary.get("scheduling"), "recording": record, "seconds": seconds}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    ap.add_argument("--loop", action="store_true", help="also run the real-time 1 kHz loop with the grid plant")
+    ap.add_argument("--only-loop", action="store_true", help="only the 1 kHz loop part")
+    ap.add_argument("--loop-seconds", type=float, default=10.0, help="wall seconds of the loop part (10 = 10k steps)")
+    ap.add_argument("--loop-record", action="store_true", help="record the loop run (Parquet) as a user would")
     args = ap.parse_args()
+    if args.only_loop:
+        step_us = plant_step_us(200 if args.quick else 2000)
+        log(f"grid plant step + outputs (Python call, 1 ms): median {step_us['median']:.1f} us, "
+            f"p99 {step_us['p99']:.1f} us")
+        loop = bench_loop(args.loop_seconds, args.loop_record)
+        log(f"hil loop at 1 kHz with the grid plant: {loop['steps']} steps, {loop['overruns']} overruns "
+            f"({loop['overruns_per_10k_steps']:.1f} per 10k), lateness p99 {loop['lateness_us']['p99']:.1f} us, "
+            f"max {loop['lateness_us']['max']:.1f} us, {loop['scheduling']}")
+        print(json.dumps({"loop_1khz": loop, "plant_step_us": step_us}))
+        return
     n = 100 if args.quick else 1000
     reps = 3 if args.quick else 10
     with np.load(ROOT / "tests" / "data" / "case118_reference.npz") as d:
@@ -260,6 +343,10 @@ def main() -> None:
                   case118_flat_ms=r118["flat_ms"], case300_solve_ms=c300_ms, case300_iterations=c300_it,
                   max_dvm_pu=r118["max_dvm"], max_dva_rad=r118["max_dva"], grid_step_ms=step, grid_trip_step_ms=trip,
                   references=references, goals=GOALS)
+    if args.loop:
+        result["plant_step_us"] = plant_step_us(200 if args.quick else 2000)
+        result["loop_1khz"] = bench_loop(args.loop_seconds, args.loop_record)
+        log(f"hil loop at 1 kHz with the grid plant: {result['loop_1khz']}")
     print(json.dumps(result))
 
 

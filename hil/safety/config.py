@@ -187,6 +187,8 @@ class ProjectionSection(StrictModel):
     rate: dict[str, float] = Field(default_factory=dict, description="units per sim s")
     linear: list[LinearLimit] = Field(default_factory=list)
     max_iter: int = Field(default=200, ge=1, le=10_000, description="Dykstra iterations, >1 limit")
+    # grid (gridwire): rows from the plant module's linear_limits(model) hook, hil/safety/plant_limits.py
+    plant_limits: bool = Field(default=False, description="add the plant's state-dependent linear limits")
 
 
 class ConfidenceSection(StrictModel):

@@ -2,6 +2,8 @@
 
     [softplc]
     scan_ms = 100              # scan period (wall ms), on absolute deadlines
+    scan_jitter_ms = 0         # each scan starts up to this much after its deadline
+                               # (uniform, seeded by loop.seed): a SCADA clock with jitter
     comm_loss_scans = 3        # consecutive failed scans before "communication lost"
     timeout_ms = 100           # per Modbus request
     reconnect_min_ms = 100     # reconnect back-off: doubles from min to max
@@ -23,6 +25,14 @@
     out_max = 20.0
     reverse = false            # true: output rises when the measurement is above setpoint
 
+    [[softplc.rules]]          # threshold rules (relays, load shedding stages): rules.py
+    name = "ufls_1"
+    measurement = "grid.frequency"
+    below = 49.6
+    pickup_s = 0.3
+    outputs = ["load_53.shed"]
+    value = 0.2
+
     [softplc.outputs]          # fixed (manual) outputs written every scan
     pump = 1.0
     [softplc.safe_outputs]     # written when communication returns after a loss
@@ -42,6 +52,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from hil.config import StrictModel, outside_bounds
+from hil.softplc.rules import RuleConfig
 
 
 class PidLoopConfig(StrictModel):
@@ -80,6 +91,8 @@ class SoftPlcSection(StrictModel):
     unit_id: int | None = Field(default=None, ge=0, le=255,
                                 validation_alias=AliasChoices("unit_id", "device_id"))
     scan_ms: float = Field(default=100.0, ge=5.0, le=60_000.0, description="scan period (ms)")
+    scan_jitter_ms: float = Field(default=0.0, ge=0.0, le=60_000.0,
+                                  description="uniform delay of each scan after its deadline (ms)")
     comm_loss_scans: int = Field(default=3, ge=1, le=1000)
     timeout_ms: float = Field(default=100.0, gt=0, le=60_000.0, description="per request (ms)")
     reconnect_min_ms: float = Field(default=100.0, gt=0, le=600_000.0)
@@ -89,6 +102,7 @@ class SoftPlcSection(StrictModel):
         default="wall", description="time base of the PID gains: wall s (a real PLC) or simulated s")
     record: str | None = Field(default=None, description="scan log path, .csv or .parquet")
     loops: list[PidLoopConfig] = Field(default_factory=list)
+    rules: list[RuleConfig] = Field(default_factory=list)
     outputs: dict[str, float] = Field(default_factory=dict, description="fixed outputs, plant units")
     safe_outputs: dict[str, float] = Field(default_factory=dict, description="plant units")
 
@@ -104,6 +118,8 @@ class SoftPlcSection(StrictModel):
     def _backoff(self):
         if self.reconnect_min_ms > self.reconnect_max_ms:
             raise ValueError("reconnect_min_ms must not exceed reconnect_max_ms")
+        if self.scan_jitter_ms >= self.scan_ms:
+            raise ValueError(f"scan_jitter_ms {self.scan_jitter_ms} must be below scan_ms {self.scan_ms}")
         return self
 
     def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
@@ -116,7 +132,7 @@ class SoftPlcSection(StrictModel):
 
         readable: set[str] = set()
         writable: set[str] = set()
-        for e in mb.map:
+        for _, e in mb.entries(spec, []):  # single entries and [[modbus.blocks]] elements
             kind = signal_kind(spec, e.signal)
             if kind is None:
                 continue  # reported by [modbus]
@@ -153,10 +169,24 @@ class SoftPlcSection(StrictModel):
                     if v is not None and not q.low <= v <= q.high:
                         problems.append((f"{key}.{name}", f"{v} {q.unit} is outside {q.name}'s "
                                          f"bounds [{q.low}, {q.high}] {q.unit}"))
-        names = [lp.name for lp in self.loops]
+        for i, rule in enumerate(self.rules):
+            key = f"softplc.rules[{i}]"
+            if rule.measurement not in readable:
+                problems.append((f"{key}.measurement", f"{rule.measurement!r} is not mapped in [modbus]"))
+            for j, out in enumerate(rule.outputs):
+                q = check_output(f"{key}.outputs[{j}]", out)
+                if out in written:
+                    problems.append((f"{key}.outputs[{j}]", f"{out!r} is already driven by {written[out]}"))
+                written[out] = key
+                if q is not None:
+                    for name in ("value", "idle"):
+                        if reason := outside_bounds(getattr(rule, name), q):
+                            problems.append((f"{key}.{name}", f"{out}: {reason}"))
+        names = [lp.name for lp in self.loops] + [r.name for r in self.rules]
         for i, n in enumerate(names):
             if names.index(n) != i:
-                problems.append((f"softplc.loops[{i}].name", f"duplicate loop name {n!r}"))
+                where = f"loops[{i}]" if i < len(self.loops) else f"rules[{i - len(self.loops)}]"
+                problems.append((f"softplc.{where}.name", f"duplicate loop name {n!r} (loops and rules share names)"))
         for table in ("outputs", "safe_outputs"):
             for name, v in getattr(self, table).items():
                 path = f"softplc.{table}.{name}"

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from dataclasses import dataclass, field
 
 from hil.control.pid import PID, pid_from_config
+from hil.softplc.rules import Rule
 from hil.softplc.io import (MAX_READ, MAX_WRITE, CommError, ModbusMaster, pick_tag,
                             plan_blocks)
 from hil.tagmap.modbus import compile_map
@@ -104,13 +106,20 @@ class SoftPlc:
             pid = pid_from_config(lp, spec.quantity("inputs", lp.output))
             self.loops.append(_Loop(lp.name, pid, lp.setpoint, pick_tag(cmap, lp.measurement, False),
                                     pick_tag(cmap, lp.output, True), lp.kp, lp.reverse))
+        # threshold rules: (rule, measurement tag, output tags)
+        self.rules = [(Rule(r), pick_tag(cmap, r.measurement, False), [pick_tag(cmap, o, True) for o in r.outputs])
+                      for r in cfg.rules]
         self.fixed = {pick_tag(cmap, n, True): v for n, v in cfg.outputs.items()}
         self.safe = {pick_tag(cmap, n, True): v for n, v in cfg.safe_outputs.items()}
-        out_tags = [lp.out_tag for lp in self.loops] + list(self.fixed)
-        self.read_blocks = plan_blocks([lp.meas_tag for lp in self.loops], MAX_READ)
+        out_tags = [lp.out_tag for lp in self.loops] + [t for _, _, ts in self.rules for t in ts] + list(self.fixed)
+        meas_tags = list(dict.fromkeys([lp.meas_tag for lp in self.loops] + [m for _, m, _ in self.rules]))
+        self.read_blocks = plan_blocks(meas_tags, MAX_READ)
         self.readback_blocks = plan_blocks(out_tags, MAX_READ)
         self.write_blocks = plan_blocks(out_tags, MAX_WRITE)
         self.image: dict = dict(self.fixed)  # output image: tag -> value (plant units)
+        for rule, _, tags in self.rules:  # a rule's outputs start idle
+            self.image.update({t: rule.output() for t in tags})
+        self._jitter = random.Random(scenario.loop.seed)
         self.master = ModbusMaster(host or cfg.host or cmap.host, port or cfg.port or cmap.port,
                                    cmap.unit_id if cfg.unit_id is None else cfg.unit_id,
                                    cfg.timeout_ms / 1000.0)
@@ -123,7 +132,8 @@ class SoftPlc:
         self.last_exec: float | None = None
         self.meas: dict = {}
         self.columns = ["scan", "t_s", "state", "ok", "scan_ms"] + [
-            f"{k}.{lp.name}" for lp in self.loops for k in ("sp", "pv", "out")]
+            f"{k}.{lp.name}" for lp in self.loops for k in ("sp", "pv", "out")] + [
+            f"{k}.{r.cfg.name}" for r, _, _ in self.rules for k in ("pv", "active")]
         self.rows: list[tuple] = []
         self._t0 = time.monotonic()
 
@@ -205,6 +215,14 @@ class SoftPlc:
         self.last_exec = now
         for lp in self.loops:
             self.image[lp.out_tag] = lp.pid.update(lp.setpoint, values[lp.meas_tag], dt * self.dt_scale)
+        for rule, meas, tags in self.rules:
+            was = rule.active
+            rule.update(values[meas], dt * self.dt_scale)
+            if rule.active != was:
+                log.warning("softplc: rule %s %s (%s = %g)", rule.cfg.name, "active" if rule.active else "released",
+                            meas.signal, values[meas])
+            for t in tags:
+                self.image[t] = rule.output()
 
     def _reinit(self, values: dict) -> None:
         """Bumpless (re)start: preload each integral so the next output equals the held one."""
@@ -227,6 +245,8 @@ class SoftPlc:
         for lp in self.loops:
             pv = self.meas.get(lp.meas_tag, math.nan) if ok else math.nan
             row += [lp.setpoint, pv, self.image.get(lp.out_tag, math.nan)]
+        for rule, meas, _ in self.rules:
+            row += [self.meas.get(meas, math.nan) if ok else math.nan, int(rule.active)]
         self.rows.append(tuple(row))
 
     # ---- the cycle ----
@@ -252,6 +272,8 @@ class SoftPlc:
                     self.stats.overruns += behind
                     k += behind
                 delay = t0 + k * self.period_s - after
+                if self.cfg.scan_jitter_ms > 0:  # the SCADA clock's jitter: start late by U(0, jitter)
+                    delay += self._jitter.uniform(0.0, self.cfg.scan_jitter_ms / 1000.0)
                 if duration_s is not None:
                     delay = min(delay, t0 + duration_s - after)
                 _sleep(delay, stop)
@@ -261,6 +283,9 @@ class SoftPlc:
         self.stats.extra["loops"] = {
             lp.name: {"measurement": lp.meas_tag.signal, "output": lp.out_tag.signal, "setpoint": lp.setpoint}
             for lp in self.loops}
+        self.stats.extra["rules"] = {
+            r.cfg.name: {"measurement": m.signal, "outputs": [t.signal for t in ts], "active": r.active,
+                         "trips": r.trips} for r, m, ts in self.rules}
         return self.stats.as_dict()
 
     def scan_log(self):

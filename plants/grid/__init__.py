@@ -6,4 +6,10 @@ Modules: ``case`` (MATPOWER reader), ``ybus`` (admittance matrix with a fixed pa
 (frequency, conductor temperature, protection, branch flows), ``step_kernels`` (the step's
 bookkeeping), ``sensitivity`` (PTDF/LODF), ``profiles`` (CSV load/renewable profiles),
 ``params`` and ``network`` (the state layout and one quasi-static step that ties them together).
+
+The plant module (``[plant] model = "grid"``): ``plant`` (``build``, ``OPTIONS``, ``FILE_OPTIONS``,
+``FAULTS``) and ``line_limits`` (the safety wrapper's ``linear_limits``).
 """
+
+from plants.grid.line_limits import linear_limits  # noqa: E402,F401
+from plants.grid.plant import FAULTS, FILE_OPTIONS, OPTIONS, build  # noqa: E402,F401
