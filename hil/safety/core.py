@@ -93,8 +93,8 @@ class SafetyCore:
         self.spec = spec
         self.names = list(action_names)
         self.log = log or (lambda rec: None)
-        self.projector = Projector(sec.projection, spec, self.names)
-        self.baseline = FallbackController(sec.fallback, spec, self.names)
+        self.projector = Projector(sec.projection, spec, self.names, plant=scenario.plant.load())
+        self.baseline = FallbackController(sec.fallback, spec, self.names, plant=scenario.plant.load())
         self.gate = ConfidenceGate(sec.confidence, spec, self.names)
         self.monitor = Monitor(sec.monitor, spec)
         self.store = store
