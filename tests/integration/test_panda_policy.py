@@ -34,7 +34,7 @@ def _run(tmp_path, duration_s: float, *sets: str):
 
 
 def test_reach_and_grasp_demo_lifts_the_object(tmp_path):
-    summary, df, events = _run(tmp_path, 4.5)
+    summary, df, events = _run(tmp_path, 4.0)
     assert summary["alarms"] == []
     last = df.iloc[-1]
     assert last["y.object.held"] == 1.0 and last["y.object.dropped"] == 0.0
@@ -60,7 +60,7 @@ def test_policy_pushing_out_of_the_box_is_clipped(tmp_path):
 
 
 def test_fallback_joint_pd_holds_position(tmp_path):
-    summary, df, events = _run(tmp_path, 1.5, "policy.directory=''",
+    summary, df, events = _run(tmp_path, 1.0, "policy.directory=''",
                                "policy.entry='tests.integration.panda_policies:silent'",
                                f"policy.features={FEATURES}")
     assert events[-1]["counters"]["baseline_actions"] >= summary["steps"] - 1
@@ -70,8 +70,12 @@ def test_fallback_joint_pd_holds_position(tmp_path):
 
 
 def test_bad_v2_is_rolled_back_to_v1(tmp_path):
-    summary, df, events = _run(tmp_path, 2.0, "policy.version='v2'")
+    summary, df, events = _run(tmp_path, 1.5, "policy.version='v2'")
     rollbacks = [e for e in events if e["event"] == "rollback"]
-    assert rollbacks and rollbacks[0]["from"] == "v2" and rollbacks[0]["to"] == "v1"
-    assert any(a["rule"] == "joint_speed" or a["rule"] == "joint_speed_neg" for a in summary["alarms"]) or \
-        any(e["event"] == "alarm" for e in events)
+    assert [(r["from"], r["to"]) for r in rollbacks] == [("v2", "v1")]  # and v1 is kept
+    assert [e["rule"] for e in events if e["event"] == "alarm"] == ["joint_speed"]
+    t_rb = rollbacks[0]["t_s"]
+    # v2 (negative damping) drove joint 2 past 1.5 rad/s; v1 acts after the rollback and calms it
+    assert df.loc[df["t_s"] <= t_rb, "x.joint_2.dq"].max() > 1.5
+    assert abs(df["x.joint_2.dq"].iloc[-1]) < 0.5
+    assert events[-1]["counters"]["policy_actions"] > 0.95 * summary["steps"]
