@@ -77,5 +77,5 @@ def test_bad_v2_is_rolled_back_to_v1(tmp_path):
     t_rb = rollbacks[0]["t_s"]
     # v2 (negative damping) drove joint 2 past 1.5 rad/s; v1 acts after the rollback and calms it
     assert df.loc[df["t_s"] <= t_rb, "x.joint_2.dq"].max() > 1.5
-    assert abs(df["x.joint_2.dq"].iloc[-1]) < 0.5
+    assert abs(df["x.joint_2.dq"].iloc[-1]) < 1.0  # v1 ramps its reference at 0.6 rad/s
     assert events[-1]["counters"]["policy_actions"] > 0.95 * summary["steps"]
