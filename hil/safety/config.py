@@ -28,6 +28,10 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     w = { agitation_power = 1.0 }
     b0 = 0.0
     b = { volume = 0.8 }
+    [[safety.projection.plant]]                   # rows W(state) a <= b(state) from the plant
+    name = "workspace"                            #   module's SAFETY_LIMITS[kind], rebuilt
+    kind = "ee_box"                               #   every step (plants/panda.py)
+    options = { low = [0.25, -0.4, 0.03], high = [0.75, 0.4, 0.8], horizon_s = 0.1 }
 
     [safety.confidence]                 # fallback when off-distribution or unsure; every
                                         # check fails closed: a score that cannot be computed
@@ -50,6 +54,13 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     on_bad = "hold"                     # a loop's measurement is Bad: "hold" the output where
                                         # the actuator is (integral frozen, no windup), or go
     safe_output = { agitation_power = 30.0 }  # to "safe": this value (ramped by the rate limit)
+    hold = ["gripper.width_target"]     # inputs held at their applied value
+    [[safety.fallback.joint_pd]]        # joint PD holding position (torque inputs, N m)
+    inputs = "joint.tau_target"         #   group or element; position / velocity: output
+    position = "joint.q"                #   groups; kp (N m/rad), kd (N m s/rad): one or per
+    velocity = "joint.dq"               #   joint; gravity = true adds the plant's g(q)
+    kp = 600.0
+    kd = 50.0
     [[safety.fallback.loops]]
     input = "agitation_power"
     measurement = "dissolved_oxygen"
