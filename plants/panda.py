@@ -40,6 +40,7 @@ Safety hooks (read by hil.safety through the plant module, no hil import here):
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -197,8 +198,6 @@ def build(options: dict) -> PlantModel:
             description="factor on the link's mass and rotational inertia together (centre of mass kept)")
     assert b.start("states") == L.n("x") and b.start("outputs") == L.n("y") and p_scale == L.n("p")
     proto = b.build()
-    import functools
-
     hook = functools.partial(randomize, spec=proto, lows=proto.lows("params"), highs=proto.highs("params"))
     spec = b.build(randomize=hook)
     ints = np.array([nb, p_scale, 12 * nb], dtype=np.int64)

@@ -42,3 +42,22 @@ def test_lockstep_panda_records_per_joint_columns_with_gaps(tmp_path):
     # the drive tracks the new target of joint 2 (from -0.785 to -0.6 rad) within 0.5 s
     assert abs(df["x.joint_2.q"].iloc[-1] - (-0.6)) < 0.02
     assert abs(df["x.joint_2.q"].iloc[0] - (-0.785398)) < 0.01
+
+
+def test_plant_spread_draws_the_arm_through_its_hook(tmp_path):
+    """[gaps.randomize] plant_spread: link mass scales, contact and friction drawn by the
+    plant's hook, recorded in _meta.json, and the run steps the randomized arm."""
+    sc = load_scenario(ROOT / "configs" / "panda.toml",
+                       parse_settings([f"recording.path='{tmp_path / 'rec'}'", "loop.duration_s=0.05",
+                                       "gaps.randomize.plant_spread=0.2"]))
+    with Runtime(sc, lockstep=True) as rt:
+        summary = rt.run()
+        p, spec = rt.plant.p, rt.plant.spec
+        scale = p[spec.indices("params", "link.mass_scale")]
+    assert summary.exit_code == 0
+    meta = json.loads((Path(summary.record_path) / "_meta.json").read_text())
+    drawn = meta["randomized"]
+    assert drawn["plant.link_3.mass_scale"] == scale[2] != 1.0
+    assert 0.5 <= scale.min() and scale.max() <= 2.0
+    assert drawn["plant.mu_kinetic"] <= drawn["plant.mu_static"]
+    assert drawn["plant.hc_stiffness"] != 2e5
