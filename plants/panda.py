@@ -345,6 +345,8 @@ class EnvelopeLimits:
         if not (self.lo < self.hi).all():
             raise ValueError(f"low, high: low must be below high ({self.lo} vs {self.hi})")
         self.m = 2 * self.lo.size
+        self._ok = self.cols >= 0
+        self._cols = self.cols[self._ok]
 
     def fill(self, y: np.ndarray, u: np.ndarray, W: np.ndarray, b: np.ndarray) -> None:
         """Write this family's rows: W (m, n_actions) and b (m,), plant units."""
@@ -362,12 +364,12 @@ class EnvelopeLimits:
             h = env.dq + T * env.ddq0
             G = T * env.Minv
         W[:] = 0.0
-        ok = self.cols >= 0
-        for e in range(self.lo.size):
-            W[2 * e, self.cols[ok]] = -G[e, ok]
-            b[2 * e] = h[e] - self.lo[e]
-            W[2 * e + 1, self.cols[ok]] = G[e, ok]
-            b[2 * e + 1] = self.hi[e] - h[e]
+        ok, cols = self._ok, self._cols
+        Gs = G[:, ok]
+        W[0::2, cols] = -Gs
+        W[1::2, cols] = Gs
+        b[0::2] = h - self.lo
+        b[1::2] = self.hi - h
 
 
 SAFETY_LIMITS = {kind: (lambda kind: lambda model, actions, options: EnvelopeLimits(kind, model, actions, options))(kind)
