@@ -12,3 +12,9 @@ def push_out(x):
 def silent(x):
     """Never a finite answer: the safety's baseline (the joint PD) acts every step."""
     return np.full(8, np.nan)
+
+
+def hold_still(x):
+    """Zero torque on top of the drive's gravity compensation, gripper open (a policy that
+    costs nothing: isolates the bus round trip from the policy's own compute)."""
+    return np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.08])
