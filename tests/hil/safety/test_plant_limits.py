@@ -101,3 +101,32 @@ def test_joint_pd_with_gravity_adds_the_plants_gravity_torque():
     assert np.abs(g).max() > 1.0
     assert np.allclose(a[:7], np.clip(g, SPEC.lows("inputs")[SPEC.indices("inputs", "joint.tau_target")],
                                       SPEC.highs("inputs")[SPEC.indices("inputs", "joint.tau_target")]))
+
+
+def _scenario_text(tmp_path, old: str, new: str):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    text = (root / "configs" / "panda_policy.toml").read_text()
+    text = text.replace('"../policies/panda"', f'"{root / "policies" / "panda"}"')
+    assert old in text
+    path = tmp_path / "sc.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("old, new, key, reason", [
+    ('kind = "ee_box"', 'kind = "sphere"', "safety.projection.plant[0].kind", "no limit family 'sphere'"),
+    ("options = { low = [0.25, -0.4, 0.03]", "options = { low = [0.25, -0.4]",
+     "safety.projection.plant[0].options.low", "expected 3 finite numbers"),
+    ('position = "joint.q"\n', 'position = "ee.position"\n', "safety.fallback.joint_pd[0]",
+     "7 inputs, 3 positions, 7 velocities"),
+    ('hold = ["gripper.width_target"]', 'hold = []', "safety.fallback", "no fallback for gripper.width_target"),
+])
+def test_scenario_errors_name_the_key(tmp_path, old, new, key, reason):
+    from hil.config import load_scenario
+    from hil.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(_scenario_text(tmp_path, old, new))
+    assert any(p == key and reason in r for p, r in exc.value.problems), exc.value.problems
