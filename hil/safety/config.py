@@ -28,6 +28,10 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     w = { agitation_power = 1.0 }
     b0 = 0.0
     b = { volume = 0.8 }
+    [[safety.projection.plant]]                   # rows W(state) a <= b(state) from the plant
+    name = "workspace"                            #   module's SAFETY_LIMITS[kind], rebuilt
+    kind = "ee_box"                               #   every step (plants/panda.py)
+    options = { low = [0.25, -0.4, 0.03], high = [0.75, 0.4, 0.8], horizon_s = 0.1 }
 
     [safety.confidence]                 # fallback when off-distribution or unsure; every
                                         # check fails closed: a score that cannot be computed
@@ -50,6 +54,13 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     on_bad = "hold"                     # a loop's measurement is Bad: "hold" the output where
                                         # the actuator is (integral frozen, no windup), or go
     safe_output = { agitation_power = 30.0 }  # to "safe": this value (ramped by the rate limit)
+    hold = ["gripper.width_target"]     # inputs held at their applied value
+    [[safety.fallback.joint_pd]]        # joint PD holding position (torque inputs, N m)
+    inputs = "joint.tau_target"         #   group or element; position / velocity: output
+    position = "joint.q"                #   groups; kp (N m/rad), kd (N m s/rad): one or per
+    velocity = "joint.dq"               #   joint; gravity = true adds the plant's g(q)
+    kp = 600.0
+    kd = 50.0
     [[safety.fallback.loops]]
     input = "agitation_power"
     measurement = "dissolved_oxygen"
@@ -182,10 +193,20 @@ class LinearLimit(StrictModel):
     b: dict[str, float] = Field(default_factory=dict, description="b(state) coefficients per signal")
 
 
+class PlantLimit(StrictModel):
+    """[[safety.projection.plant]]: state-dependent linear limits the plant module provides
+    (`SAFETY_LIMITS[kind]`), weights and bound rebuilt from the observation every step."""
+
+    name: str
+    kind: str = Field(description="a limit family of the plant module (plants/panda.py: ee_box, ...)")
+    options: dict = Field(default_factory=dict, description="the family's options (plant units)")
+
+
 class ProjectionSection(StrictModel):
     box: dict[str, tuple[float, float]] = Field(default_factory=dict)
     rate: dict[str, float] = Field(default_factory=dict, description="units per sim s")
     linear: list[LinearLimit] = Field(default_factory=list)
+    plant: list[PlantLimit] = Field(default_factory=list, description="state-dependent rows from the plant")
     max_iter: int = Field(default=200, ge=1, le=10_000, description="Dykstra iterations, >1 limit")
     # grid (gridwire): rows from the plant module's linear_limits(model) hook, hil/safety/plant_limits.py
     plant_limits: bool = Field(default=False, description="add the plant's state-dependent linear limits")
@@ -226,8 +247,26 @@ class PidLoop(StrictModel):
     out_max: float | None = None
 
 
+class JointPd(StrictModel):
+    """[[safety.fallback.joint_pd]]: a joint-space PD holding position, on torque inputs:
+        tau_i = kp_i (q_ref_i - q_i) - kd_i dq_i (+ g_i(q) if gravity)
+    q_ref is the measured position when the baseline takes over (while someone else acts it
+    follows the measured q, so the hand-over is bumpless and the arm stops where it is).
+    gravity = true adds the plant's g(q) (its module's `gravity_hook`): for a drive that does
+    not compensate gravity itself (the Panda's drive does with gravity_comp = 1: leave false)."""
+
+    inputs: str = Field(description="torque input group or list of elements, N m (joint.tau_target)")
+    position: str = Field(description="measured joint positions, output group (joint.q), rad")
+    velocity: str = Field(description="measured joint velocities, output group (joint.dq), rad/s")
+    kp: float | list[float] = Field(description="N m/rad, one value or one per joint")
+    kd: float | list[float] = Field(description="N m s/rad, one value or one per joint")
+    gravity: bool = False
+
+
 class FallbackSection(StrictModel):
     loops: list[PidLoop] = Field(default_factory=list)
+    joint_pd: list[JointPd] = Field(default_factory=list)
+    hold: list[str] = Field(default_factory=list, description="inputs the baseline holds at their applied value")
     fixed: dict[str, float] = Field(default_factory=dict)
     on_bad: Literal["hold", "safe"] = Field(default="hold", description="a loop's measurement is Bad")
     safe_output: dict[str, float] = Field(default_factory=dict, description="per loop input, plant units")
@@ -332,6 +371,16 @@ class SafetySection(StrictModel):
                 action_name(f"{path}.w.{name}", name)
             for name in lim.b:
                 signal(f"{path}.b.{name}", name)
+        if pr.plant:
+            from hil.safety.projection import plant_limit_family
+
+            for i, pl in enumerate(pr.plant):
+                try:
+                    plant_limit_family(scenario.plant.load(), pl.kind, actions, pl.options,
+                                       f"safety.projection.plant[{i}]")
+                except ValueError as exc:
+                    path, _, reason = str(exc).partition(": ")
+                    problems.append((path, reason or str(exc)))
         for name, v in self.rollout.limited_max_deviation.items():
             if action_name(f"safety.rollout.limited_max_deviation.{name}", name) and not v >= 0:
                 problems.append((f"safety.rollout.limited_max_deviation.{name}", f"{v} is negative"))
@@ -351,6 +400,38 @@ class SafetySection(StrictModel):
                 if not q.low <= lo <= hi <= q.high:
                     problems.append((path, f"output range [{lo}, {hi}] outside [{q.low}, {q.high}] {q.unit}"))
             signal(f"{path}.measurement", loop.measurement)
+        for i, pd in enumerate(self.fallback.joint_pd):
+            path = f"safety.fallback.joint_pd[{i}]"
+            try:
+                elems = spec.expand("inputs", pd.inputs)
+                n_q = len(spec.expand("outputs", pd.position))
+                n_dq = len(spec.expand("outputs", pd.velocity))
+            except KeyError as exc:
+                problems.append((path, str(exc.args[0])))
+                continue
+            if not (len(elems) == n_q == n_dq):
+                problems.append((path, f"{len(elems)} inputs, {n_q} positions, {n_dq} velocities: sizes differ"))
+            for gain in ("kp", "kd"):
+                v = getattr(pd, gain)
+                vals = v if isinstance(v, list) else [v]
+                if len(vals) not in (1, len(elems)) or not all(math.isfinite(g) and g >= 0 for g in vals):
+                    problems.append((f"{path}.{gain}", f"expected one or {len(elems)} finite gains >= 0, got {v}"))
+            if pd.gravity:
+                from hil.safety.projection import plant_module
+
+                if not callable(getattr(plant_module(scenario.plant.load()), "gravity_hook", None)):
+                    problems.append((f"{path}.gravity", f"plant {scenario.plant.model!r} has no gravity_hook"))
+            for name in elems:
+                if action_name(f"{path}.inputs", name):
+                    if name in covered:
+                        problems.append((f"{path}.inputs", f"{name!r} already driven by {covered[name]}"))
+                    covered[name] = path
+        for j, name in enumerate(self.fallback.hold):
+            path = f"safety.fallback.hold[{j}]"
+            if action_name(path, name):
+                if name in covered:
+                    problems.append((path, f"{name!r} already driven by {covered[name]}"))
+                covered[name] = path
         for name, v in self.fallback.fixed.items():
             path = f"safety.fallback.fixed.{name}"
             if action_name(path, name):

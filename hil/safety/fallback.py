@@ -15,6 +15,14 @@ its output stays where the actuator is and its integral is frozen at the last go
 `on_bad = "safe"` its output goes to the loop's `safe_output` (the projection ramps it at the
 rate limit). Fixed values are unaffected.
 
+Joint PD ([[safety.fallback.joint_pd]], for an arm's torque inputs): tau = kp (q_ref - q) -
+kd dq (+ g(q) from the plant's `gravity_hook` when the drive does not add it). q_ref is latched
+from the measured position whenever the decided action was not the PD's own (the policy
+acted), so when the baseline takes over the arm is held where it is (no jump back to an old
+reference); a Bad q or dq makes the PD output zero torque on top of the drive's gravity
+compensation (the arm coasts on friction rather than acting on a NaN). `hold` inputs stay at
+their applied value (a gripper keeps its grasp).
+
 ConfidenceGate: scores each observation by
 - the Mahalanobis distance of the policy's features from its training data (mean, covariance
   stored with the policy version),
@@ -43,10 +51,55 @@ from hil.safety.config import signal_index, signal_span
 CHECKS = ("mahalanobis", "disagreement", "consistency")
 
 
+class JointPdLaw:
+    """One [[safety.fallback.joint_pd]] block: positions in the action vector, output indices."""
+
+    def __init__(self, cfg, spec, names: list[str], plant=None):
+        elems = spec.expand("inputs", cfg.inputs)
+        self.pos = np.array([names.index(e) for e in elems], dtype=np.intp)
+        self.iq = spec.indices("outputs", cfg.position)
+        self.idq = spec.indices("outputs", cfg.velocity)
+        n = len(elems)
+        self.kp = np.broadcast_to(np.asarray(cfg.kp, dtype=float), (n,)).copy()
+        self.kd = np.broadcast_to(np.asarray(cfg.kd, dtype=float), (n,)).copy()
+        self.lo = np.array([spec.quantity("inputs", e).low for e in elems])
+        self.hi = np.array([spec.quantity("inputs", e).high for e in elems])
+        self.gravity = None
+        if cfg.gravity:
+            from hil.safety.projection import plant_module
+
+            hook = getattr(plant_module(plant), "gravity_hook", None)
+            if hook is None:
+                raise ValueError("safety.fallback.joint_pd.gravity: the plant provides no gravity_hook")
+            self.gravity = hook(plant)
+        self.q_ref = np.full(n, np.nan)
+
+    def update(self, y: np.ndarray, action: np.ndarray) -> None:
+        q, dq = y[self.iq], y[self.idq]
+        if not (np.isfinite(q).all() and np.isfinite(dq).all()):
+            action[self.pos] = 0.0
+            return
+        if not np.isfinite(self.q_ref).all():
+            self.q_ref[:] = q
+        tau = self.kp * (self.q_ref - q) - self.kd * dq
+        if self.gravity is not None:
+            tau += self.gravity(y)
+        action[self.pos] = np.clip(tau, self.lo, self.hi)
+
+    def relatch(self, y: np.ndarray) -> None:
+        """Someone else acted: the reference follows the measured position."""
+        q = y[self.iq]
+        if np.isfinite(q).all():
+            self.q_ref[:] = q
+
+
 class FallbackController:
-    def __init__(self, section, spec, action_names: list[str]):
+    def __init__(self, section, spec, action_names: list[str], plant=None):
         self.names = list(action_names)
         self.action = np.zeros(len(self.names))
+        self.pds = [JointPdLaw(cfg, spec, self.names, plant) for cfg in getattr(section, "joint_pd", ())]
+        self.holds = np.array([spec.index("inputs", n) for n in getattr(section, "hold", ())], dtype=np.intp)
+        self.hold_pos = np.array([self.names.index(n) for n in getattr(section, "hold", ())], dtype=np.intp)
         self.loops = []  # (position, PID, setpoint, kind, index, span, safe output or None)
         for loop in section.loops:
             pid = pid_from_config(loop, spec.quantity("inputs", loop.input))
@@ -83,11 +136,20 @@ class FallbackController:
             self.last_e[li] = pid.error(sp, m)
         for pos, v in self.fixed:
             self.action[pos] = v
+        for pd in self.pds:
+            pd.update(y, self.action)
+        if self.holds.size:
+            self.action[self.hold_pos] = u[self.holds]
         return self.action.copy()
 
     def track(self, applied: np.ndarray, y: np.ndarray, u: np.ndarray) -> None:
         """Bumpless transfer: make each PID's output at the current error (the last good one if
-        the measurement is Bad) equal what was decided or applied."""
+        the measurement is Bad) equal what was decided or applied. A joint PD whose output was
+        not what was decided re-latches its reference to the measured position."""
+        for pd in self.pds:
+            if not np.allclose(applied[pd.pos], self.action[pd.pos], rtol=0.0, atol=1e-9):
+                pd.relatch(y)
+                self.action[pd.pos] = applied[pd.pos]
         for li, (pos, pid, sp, kind, idx, _, _) in enumerate(self.loops):
             if abs(applied[pos] - self.action[pos]) > 1e-12 * (1.0 + abs(applied[pos])):
                 m = self._meas(kind, idx, y, u)

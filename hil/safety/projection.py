@@ -13,6 +13,13 @@ Envelope, per call:
    signals with a non-zero coefficient enter b; a b that cannot be computed (one of them
    Bad: NaN) is reported by `unknown_limits`, and the caller must not let the policy act
    (fail closed): the fallback is then projected with `linear=False` (box, rate, band).
+   Plant limits ([[safety.projection.plant]]): rows whose weights AND bound depend on the
+   state, rebuilt every call by a family the plant module provides (`SAFETY_LIMITS[kind]`,
+   e.g. plants/panda.py's Cartesian box for the end effector, linearised each step):
+   `factory(model, action_names, options)` returns an object with `m` (rows), `reads`
+   (output indices it uses) and `fill(y, u, W, b)` writing W (m, n_actions) and b (m,) in
+   plant units. They join the configured limits (same kernel, same clip reasons
+   `linear:<name>`); a Bad output among `reads` makes them unknown (fail closed, as above).
 
 The result minimises sum(((a - proposal) / span)^2) over the envelope, span = each input's
 physical range (so a W and an L/h count alike whatever their units). If the linear limits
@@ -225,7 +232,8 @@ class Clip:
 class Projector:
     """The projection configured for one set of action inputs (names resolved once)."""
 
-    def __init__(self, section, spec, action_names: list[str]):
+    def __init__(self, section, spec, action_names: list[str], plant=None):
+        """plant: the PlantModel (needed for [[safety.projection.plant]] limits)."""
         from hil.safety.config import signal_index
 
         self.names = list(action_names)
@@ -239,8 +247,15 @@ class Projector:
                 self.lo[i], self.hi[i] = max(self.lo[i], lo), min(self.hi[i], hi)
             if name in section.rate:
                 self.rate[i] = section.rate[name]
-        m = len(section.linear)
-        self.linear_names = [lim.name for lim in section.linear]
+        self.families = []  # (name, family object, first row)
+        m_static = len(section.linear)
+        m = m_static
+        for i, pl in enumerate(getattr(section, "plant", ())):
+            fam = plant_limit_family(plant, pl.kind, self.names, pl.options, f"safety.projection.plant[{i}]")
+            self.families.append((pl.name, fam, m))
+            m += int(fam.m)
+        self.linear_names = [lim.name for lim in section.linear] + [
+            name for name, fam, _ in self.families for _ in range(int(fam.m))]
         self.W = np.zeros((m, n))
         self.b0 = np.zeros(m)
         self.By = np.zeros((m, spec.n_outputs))
@@ -255,6 +270,9 @@ class Projector:
         self.scale = np.array([max(spec.quantity("inputs", a).high - spec.quantity("inputs", a).low, 1e-12)
                                for a in self.names])
         self.Wz = self.W * self.scale[None, :]
+        self._fam_reads = np.zeros((m, spec.n_outputs), dtype=bool)
+        for _, fam, r0 in self.families:
+            self._fam_reads[r0:r0 + fam.m, np.asarray(fam.reads, dtype=np.intp)] = True
         self._nolin = (np.zeros((0, n)), np.zeros(0), np.zeros((0, spec.n_outputs)), np.zeros((0, spec.n_inputs)),
                        np.zeros(0))
         self._uses_y = self.By != 0.0  # (m, n_outputs): which outputs each b reads
@@ -281,8 +299,16 @@ class Projector:
         bad_u = ~np.isfinite(u)
         if not (bad_y.any() or bad_u.any()):
             return []
-        hit = (self._uses_y[:, bad_y].any(axis=1) | self._uses_u[:, bad_u].any(axis=1))
-        return [self.linear_names[k] for k in np.flatnonzero(hit)]
+        hit = (self._uses_y[:, bad_y].any(axis=1) | self._uses_u[:, bad_u].any(axis=1)
+               | self._fam_reads[:, bad_y].any(axis=1))
+        return list(dict.fromkeys(self.linear_names[k] for k in np.flatnonzero(hit)))
+
+    def _fill_families(self, y, u) -> None:
+        """Rebuild the plant limits' rows (weights and bounds) at this observation."""
+        for _, fam, r0 in self.families:
+            r1 = r0 + fam.m
+            fam.fill(y, u, self.W[r0:r1], self.b0[r0:r1])
+            np.multiply(self.W[r0:r1], self.scale[None, :], out=self.Wz[r0:r1])
 
     def project(self, a, prev, dt_s, y, u, band_lo=None, band_hi=None,
                 linear: bool = True) -> tuple[np.ndarray, list[Clip]]:
@@ -291,6 +317,8 @@ class Projector:
         a = np.asarray(a, dtype=np.float64)
         if prev is None:
             prev, dt_s = self._nan, -1.0
+        if linear and self.families:
+            self._fill_families(y, u)
         Wz, b0, By, Bu, bvec = (self.Wz, self.b0, self.By, self.Bu, self.bvec) if linear else self._nolin
         self._linear_used = linear
         status = project_kernel(
@@ -331,3 +359,31 @@ class Projector:
                 reasons.append("infeasible")
             clips.append(Clip(self.names[i], "+".join(reasons) or "linear", float(a[i]), float(out[i])))
         return clips
+
+
+def plant_module(plant):
+    """The module of a PlantModel (its safety hooks live there), or None."""
+    import importlib
+
+    from plants.base import plant_module_path
+
+    if plant is None or not getattr(plant, "name", ""):
+        return None
+    return importlib.import_module(plant_module_path(plant.name))
+
+
+def plant_limit_family(plant, kind: str, action_names, options: dict, path: str):
+    """The limit family `kind` of the plant's module (`SAFETY_LIMITS`), built for these
+    actions; ValueError("<path>.<what>: reason") when the plant has none or refuses options."""
+    module = plant_module(plant)
+    families = getattr(module, "SAFETY_LIMITS", None) or {}
+    if kind not in families:
+        who = plant.name if plant is not None else "the plant"
+        raise ValueError(f"{path}.kind: {who} provides no limit family {kind!r} "
+                         f"(known: {', '.join(families) or 'none'})")
+    try:
+        fam = families[kind](plant, list(action_names), dict(options))
+    except ValueError as exc:
+        what, _, reason = str(exc).partition(": ")
+        raise ValueError(f"{path}.options.{what}: {reason}" if reason else f"{path}: {exc}") from None
+    return fam
