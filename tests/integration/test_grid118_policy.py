@@ -1,6 +1,6 @@
 """configs/grid118_policy.toml end to end (lockstep, three processes: loop, policy, safety):
 the greedy policy asks for a transfer that would overload line 54; the wrapper's PTDF line
-limits (plant_limits) clip it, so what the loop APPLIED keeps every recorded line loading
+limits (`[[safety.projection.plant]] kind = "line_rating"`) clip it, so what the loop APPLIED keeps every recorded line loading
 under its rating and no line trips."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_wrapper_keeps_every_line_under_its_rating(tmp_path):
     steps = [d for d in decisions if d.get("event") == "decision"]
     assert steps and all(d["source"] == "policy" for d in steps)
     reasons = {c["reason"] for d in steps for c in d.get("clips", [])}
-    assert any(r.startswith("linear:line_54.") for r in reasons), reasons
+    assert any(r.startswith("linear:lines.line_54.") for r in reasons), reasons
     assert all(d["proposal"][0] > d["action"][0] + 5.0 for d in steps[-10:])   # it kept asking for more
     assert summary["safety"]["clipped_decisions"] > 10
     # without the wrapper the policy's transfer overloads line 54 (the counterfactual, same plant)
