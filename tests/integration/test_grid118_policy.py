@@ -1,7 +1,7 @@
 """configs/grid118_policy.toml end to end (lockstep, three processes: loop, policy, safety):
 the greedy policy asks for a transfer that would overload line 54; the wrapper's PTDF line
-limits (`[[safety.projection.plant]] kind = "line_rating"`) clip it, so what the loop APPLIED keeps every recorded line loading
-under its rating and no line trips."""
+limits (`[[safety.projection.plant]] kind = "line_rating"`) clip it, so what the loop
+APPLIED keeps every recorded line loading under its rating and no line trips."""
 
 from __future__ import annotations
 
