@@ -198,7 +198,8 @@ class PlantLimit(StrictModel):
     (`SAFETY_LIMITS[kind]`), weights and bound rebuilt from the observation every step."""
 
     name: str
-    kind: str = Field(description="a limit family of the plant module (plants/panda.py: ee_box, ...)")
+    kind: str = Field(description="a limit family of the plant module (plants/panda.py: ee_box, ...; "
+                      "plants/grid: line_rating)")
     options: dict = Field(default_factory=dict, description="the family's options (plant units)")
 
 
@@ -208,8 +209,6 @@ class ProjectionSection(StrictModel):
     linear: list[LinearLimit] = Field(default_factory=list)
     plant: list[PlantLimit] = Field(default_factory=list, description="state-dependent rows from the plant")
     max_iter: int = Field(default=200, ge=1, le=10_000, description="Dykstra iterations, >1 limit")
-    # grid (gridwire): rows from the plant module's linear_limits(model) hook, hil/safety/plant_limits.py
-    plant_limits: bool = Field(default=False, description="add the plant's state-dependent linear limits")
 
 
 class ConfidenceSection(StrictModel):

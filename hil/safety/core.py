@@ -94,12 +94,7 @@ class SafetyCore:
         self.names = list(action_names)
         self.log = log or (lambda rec: None)
         plant_model = scenario.plant.load()
-        if sec.projection.plant_limits:  # grid (gridwire): the plant's own state-dependent rows
-            from hil.safety.plant_limits import PlantLimitProjector, plant_limits_hook
-
-            self.projector = PlantLimitProjector(sec.projection, spec, self.names, plant_limits_hook(scenario))
-        else:
-            self.projector = Projector(sec.projection, spec, self.names, plant=plant_model)
+        self.projector = Projector(sec.projection, spec, self.names, plant=plant_model)
         self.baseline = FallbackController(sec.fallback, spec, self.names, plant=plant_model)
         self.gate = ConfidenceGate(sec.confidence, spec, self.names)
         self.monitor = Monitor(sec.monitor, spec)

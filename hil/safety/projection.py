@@ -16,10 +16,15 @@ Envelope, per call:
    Plant limits ([[safety.projection.plant]]): rows whose weights AND bound depend on the
    state, rebuilt every call by a family the plant module provides (`SAFETY_LIMITS[kind]`,
    e.g. plants/panda.py's Cartesian box for the end effector, linearised each step):
-   `factory(model, action_names, options)` returns an object with `m` (rows), `reads`
-   (output indices it uses) and `fill(y, u, W, b)` writing W (m, n_actions) and b (m,) in
-   plant units. They join the configured limits (same kernel, same clip reasons
-   `linear:<name>`); a Bad output among `reads` makes them unknown (fail closed, as above).
+   `factory(model, action_names, options)` returns an object with `m` (rows, fixed: a row
+   that does not apply this step is W = 0, b = 0), `reads` (output indices it uses),
+   `fill(y, u, W, b)` writing W (m, n_actions) and b (m,) in plant units, and optionally
+   `row_names` (m names). They join the configured limits (same kernel, same clip reasons
+   `linear:<name>`, `linear:<name>.<row name>` with row_names); a Bad output among `reads`
+   makes them unknown (fail closed, as above); a `fill` that raises or writes a non-finite
+   value holds the action at its applied value for that decision (clipped to the box; clip
+   reason `linear:<name>.failed`, counted in `fill_failures`).
+   E.g. plants/grid's `line_rating`: PTDF rows of the current topology per line.
 
 The result minimises sum(((a - proposal) / span)^2) over the envelope, span = each input's
 physical range (so a W and an L/h count alike whatever their units). If the linear limits
@@ -33,6 +38,7 @@ case; building the clip list (Python) happens only when something was clipped.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -42,6 +48,7 @@ from numba import njit
 SRC_BOX, SRC_RATE, SRC_BAND = 0, 1, 2
 _SRC_NAMES = ("box", "rate", "band")
 _TOL = 1e-9
+log = logging.getLogger("hil.safety")
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -254,8 +261,16 @@ class Projector:
             fam = plant_limit_family(plant, pl.kind, self.names, pl.options, f"safety.projection.plant[{i}]")
             self.families.append((pl.name, fam, m))
             m += int(fam.m)
-        self.linear_names = [lim.name for lim in section.linear] + [
-            name for name, fam, _ in self.families for _ in range(int(fam.m))]
+        self.linear_names = [lim.name for lim in section.linear]   # per row: its clip reason
+        self.limit_names = list(self.linear_names)                    # per row: its limit's name
+        for name, fam, _ in self.families:
+            rows = getattr(fam, "row_names", None)
+            if rows is not None and len(rows) != int(fam.m):
+                raise ValueError(f"plant limit {name!r}: {len(rows)} row_names for {fam.m} rows")
+            self.linear_names += [f"{name}.{r}" for r in rows] if rows is not None else [name] * int(fam.m)
+            self.limit_names += [name] * int(fam.m)
+        self._action_u = np.array([spec.index("inputs", a) for a in self.names], dtype=np.intp)
+        self.fill_failures = 0
         self.W = np.zeros((m, n))
         self.b0 = np.zeros(m)
         self.By = np.zeros((m, spec.n_outputs))
@@ -301,14 +316,26 @@ class Projector:
             return []
         hit = (self._uses_y[:, bad_y].any(axis=1) | self._uses_u[:, bad_u].any(axis=1)
                | self._fam_reads[:, bad_y].any(axis=1))
-        return list(dict.fromkeys(self.linear_names[k] for k in np.flatnonzero(hit)))
+        return list(dict.fromkeys(self.limit_names[k] for k in np.flatnonzero(hit)))
 
-    def _fill_families(self, y, u) -> None:
-        """Rebuild the plant limits' rows (weights and bounds) at this observation."""
-        for _, fam, r0 in self.families:
+    def _fill_families(self, y, u) -> str | None:
+        """Rebuild the plant limits' rows (weights and bounds) at this observation; the name
+        of the first family that failed (raised, or wrote a non-finite value), else None."""
+        for name, fam, r0 in self.families:
             r1 = r0 + fam.m
-            fam.fill(y, u, self.W[r0:r1], self.b0[r0:r1])
-            np.multiply(self.W[r0:r1], self.scale[None, :], out=self.Wz[r0:r1])
+            W, b = self.W[r0:r1], self.b0[r0:r1]
+            try:
+                fam.fill(y, u, W, b)
+                if not (np.isfinite(W).all() and np.isfinite(b).all()):
+                    raise ValueError("non-finite row")
+            except Exception as exc:  # fail closed: the caller holds the applied action
+                self.fill_failures += 1
+                log.warning("safety: plant limit %r failed (%s): action held at its applied value", name, exc)
+                W[:] = 0.0
+                b[:] = 0.0
+                return name
+            np.multiply(W, self.scale[None, :], out=self.Wz[r0:r1])
+        return None
 
     def project(self, a, prev, dt_s, y, u, band_lo=None, band_hi=None,
                 linear: bool = True) -> tuple[np.ndarray, list[Clip]]:
@@ -318,7 +345,12 @@ class Projector:
         if prev is None:
             prev, dt_s = self._nan, -1.0
         if linear and self.families:
-            self._fill_families(y, u)
+            failed = self._fill_families(y, u)
+            if failed is not None:  # nothing moves: the applied value, inside the box
+                held = np.minimum(np.maximum(np.asarray(u, dtype=np.float64)[self._action_u], self.lo), self.hi)
+                self.infeasible = False
+                return held, [Clip(self.names[i], f"linear:{failed}.failed", float(a[i]), float(held[i]))
+                              for i in range(held.size) if held[i] != a[i]]
         Wz, b0, By, Bu, bvec = (self.Wz, self.b0, self.By, self.Bu, self.bvec) if linear else self._nolin
         self._linear_used = linear
         status = project_kernel(

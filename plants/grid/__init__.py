@@ -8,8 +8,8 @@ bookkeeping), ``sensitivity`` (PTDF/LODF), ``profiles`` (CSV load/renewable prof
 ``params`` and ``network`` (the state layout and one quasi-static step that ties them together).
 
 The plant module (``[plant] model = "grid"``): ``plant`` (``build``, ``OPTIONS``, ``FILE_OPTIONS``,
-``FAULTS``) and ``line_limits`` (the safety wrapper's ``linear_limits``).
+``FAULTS``) and ``line_limits`` (the safety wrapper's limit family ``SAFETY_LIMITS["line_rating"]``).
 """
 
-from plants.grid.line_limits import linear_limits  # noqa: E402,F401
+from plants.grid.line_limits import SAFETY_LIMITS  # noqa: E402,F401
 from plants.grid.plant import FAULTS, FILE_OPTIONS, OPTIONS, build  # noqa: E402,F401

@@ -1,10 +1,12 @@
-"""The safety wrapper's state-dependent line limits for the grid plant (`linear_limits(model)`,
-used by `[safety.projection] plant_limits = true`, hil/safety/plant_limits.py): PTDF rows of
-the topology an observation shows, on each line's loading headroom."""
+"""The safety wrapper's state-dependent line limits for the grid plant: the limit family
+`SAFETY_LIMITS["line_rating"]` (`[[safety.projection.plant]] kind = "line_rating"`,
+hil/safety/projection.py): PTDF rows of the topology an observation shows, on each line's
+loading headroom."""
 
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 
@@ -15,56 +17,85 @@ from plants.grid.plant import kernels_of
 
 
 class LineFlowLimits:
-    """The wrapper's state-dependent line limits for a grid plant (`linear_limits(model)`).
+    """Line-rating limits `W a <= b` on the units' set-points among the actions (the plant
+    family `line_rating`; options: `margin`, the fraction of each rating to stay under,
+    default the plant option `limit_margin`, itself 0.95 by default).
 
-    Called with the measured outputs y and applied inputs u (plant units, spec order), it
-    returns (W, b, names): rows over the plant's inputs with W @ u' <= b for the inputs u' the
-    wrapper may apply. Per closed line l (MW, from end), DC sensitivities of the topology in y:
+    Per closed line l (MW, from end), DC sensitivities of the topology the observation shows:
 
         f_l' = f_l + sum_g PTDF[l, bus_g] * (p_set_g' - p_set_g)      (injection at the unit's
                                                                        bus, taken at its island's slack)
         -P_max,l <= f_l' <= P_max,l,
-        P_max,l = |f_l| + (limit_margin - loading_l) * rating_l * v_l    (MW)
+        P_max,l = |f_l| + (margin - loading_l) * rating_l * v_l    (MW)
 
     f_l measured (`line.p_mw`), loading_l measured (`line.loading` / 100: |I| of the worse end
     over the rating, line charging and reactive flow included), v_l the lower of the two end
-    voltages (pu), p_set_g applied (`gen.p_set`). The loading's headroom is turned into MW
+    voltages (pu), p_set_g applied (`gen.p_set`); the units that are not actions keep their
+    applied set-point (their part is in b). The loading's headroom is turned into MW
     conservatively: |S| = V |I| moves by at most |dP| for a fixed Q, so the rows keep the
-    loading under limit_margin to first order, re-linearized every step (a line above the
-    margin gets a row pulling its flow back). Only rows a move inside the inputs' physical box
-    could violate are returned. PTDF/LODF are recomputed
-    when `line.closed` or `gen.in_service` change (a trip). A signal it reads that is not
-    finite (Bad) makes the rows unknown: `unknown(y, u)` says so and the wrapper fails closed.
-    `lodf()` gives the current LODF (n_branch x n_branch) for N-1 checks.
+    loading under the margin to first order, re-linearized every step (a line above the
+    margin gets a row pulling its flow back).
+
+    Fixed shape for the projection: m = 2 x lines, rows `line_<k>.fwd` (f' <= P_max) and
+    `line_<k>.rev` (-f' <= P_max) per line in the spec's order; the rows of an open line, of a
+    line no action moves, and of a line no move inside the actions' physical box could
+    overload are zero (W = 0, b = 0: always held). PTDF is recomputed when `line.closed` or
+    `gen.in_service` change (a trip). `reads` are the outputs the rows use (flows, loadings,
+    voltages, breaker and unit status): a Bad one makes the rows unknown and the wrapper
+    fails closed; `fill` raises ValueError on non-finite input too (the wrapper then holds the
+    applied set-points). `lodf()` gives the current LODF (n_branch x n_branch) for N-1 checks.
+
+    Called as `limits(y, u)` it returns (W, b, names) of the non-zero rows over ALL the
+    plant's inputs (built with action_names=None: every input is an action): for analysis.
     """
 
-    def __init__(self, model: PlantModel):
+    def __init__(self, model: PlantModel, action_names=None, options: dict | None = None):
         k = kernels_of(model)
-        self.spec, L = model.spec, k.lay
+        spec = model.spec
+        self.spec, L = spec, k.lay
         self.lay = L
+        options = dict(options or {})
+        extra = sorted(set(options) - {"margin"})
+        if extra:
+            raise ValueError(f"{extra[0]}: not an option of line_rating (options: margin)")
+        default = float(model.options.get("limit_margin", 0.95)) if model.options else 0.95
+        try:
+            self.margin = float(options.get("margin", default))
+        except (TypeError, ValueError):
+            raise ValueError(f"margin: {options['margin']!r} is not a number") from None
+        if not (math.isfinite(self.margin) and 0.0 < self.margin <= 1.5):
+            raise ValueError(f"margin: {self.margin} is not a fraction of the rating in (0, 1.5]")
+        self.action_names = list(spec.names("inputs")) if action_names is None else list(action_names)
+        p_set = list(spec.names("inputs")[L["u.p_set"]])
+        # action columns that are a unit's set-point, and which unit each one is
+        pairs = [(j, p_set.index(a)) for j, a in enumerate(self.action_names) if a in p_set]
+        if not pairs:
+            raise ValueError("actions: none of gen.p_set is an action input (these limits act on the units' "
+                             "set-points)")
+        self.cols = np.array([j for j, _ in pairs], dtype=np.intp)
+        self.gen_act = np.array([g for _, g in pairs], dtype=np.intp)
         case = copy.deepcopy(k.case)  # private, at the nominal (operations') parameters: a plant
-        nominal = model.spec.nominal("params")  # instance stepped with randomized ones never leaks in
+        nominal = spec.nominal("params")  # instance stepped with randomized ones never leaks in
         case.r_pu[:], case.x_pu[:] = nominal[L["p.r"]], nominal[L["p.x"]]
         case.rate_a_mva[:] = nominal[L["p.rating"]]
         self.grid = GridModel(case, GridParams())
-        self.margin = float(model.options.get("limit_margin", 0.95)) if model.options else 0.95
-        self.rating = model.spec.nominal("params")[L["p.rating"]]
+        self.rating = nominal[L["p.rating"]]
         self.gen_bus = k.case.gen_bus
         self.f_bus, self.t_bus = k.case.f_bus, k.case.t_bus
-        self.u_lo = model.spec.lows("inputs")[L["u.p_set"]]
-        self.u_hi = model.spec.highs("inputs")[L["u.p_set"]]
-        self.n_inputs = model.spec.n_inputs
+        u_lo = spec.lows("inputs")[L["u.p_set"]]
+        u_hi = spec.highs("inputs")[L["u.p_set"]]
+        self.span_act = (u_hi - u_lo)[self.gen_act]
         self._topo = None
         self._H = None
-        names = model.spec.names("outputs")[L["y.pf"]]
-        self.line_names = [n.split(".")[0] for n in names]
+        self.line_names = [n.split(".")[0] for n in spec.names("outputs")[L["y.pf"]]]
+        self.m = 2 * len(self.line_names)
+        self.row_names = [f"{ln}.{s}" for ln in self.line_names for s in ("fwd", "rev")]
+        idx = np.arange(spec.n_outputs)
+        self.reads = np.concatenate([idx[L[key]] for key in ("y.pf", "y.loading", "y.vm", "y.closed", "y.gen_on")])
 
     def unknown(self, y: np.ndarray, u: np.ndarray) -> bool:
-        L = self.lay
-        return not (np.isfinite(y[L["y.pf"]]).all() and np.isfinite(y[L["y.loading"]]).all()
-                    and np.isfinite(y[L["y.vm"]]).all()
-                    and np.isfinite(y[L["y.closed"]]).all() and np.isfinite(y[L["y.gen_on"]]).all()
-                    and np.isfinite(u[L["u.p_set"]]).all())
+        """True if a signal the rows read is not finite (Bad)."""
+        return not (np.isfinite(y[self.reads]).all() and np.isfinite(u[self.lay["u.p_set"]]).all())
 
     def _ptdf(self, closed: np.ndarray, gen_on: np.ndarray) -> np.ndarray:
         topo = np.concatenate([closed, gen_on]).astype(np.int8)
@@ -80,7 +111,8 @@ class LineFlowLimits:
     def lodf(self) -> np.ndarray:
         return self.grid.sensitivities()[1]
 
-    def __call__(self, y: np.ndarray, u: np.ndarray):
+    def fill(self, y: np.ndarray, u: np.ndarray, W: np.ndarray, b: np.ndarray) -> None:
+        """Write the rows at this observation: W (m, n_actions), MW per MW; b (m,), MW."""
         L = self.lay
         if self.unknown(y, u):
             raise ValueError("grid line limits: a measured flow, breaker or unit status is Bad (NaN)")
@@ -91,25 +123,25 @@ class LineFlowLimits:
         vm = y[L["y.vm"]]
         v = np.minimum(vm[self.f_bus], vm[self.t_bus])
         pmax = np.abs(f) + (self.margin - y[L["y.loading"]] / 100.0) * self.rating * v
-        G = H[:, self.gen_bus] * gen_on[None, :]                 # (n_line, n_gen) MW per MW
-        G[closed == 0, :] = 0.0
-        u_set = u[L["u.p_set"]]
-        base = f - G @ u_set                                    # flow at p_set' = 0, MW
-        span = np.abs(G) @ (self.u_hi - self.u_lo)
-        reach = np.abs(f) + span                                # largest |f'| inside the box
-        rows = np.flatnonzero((closed == 1) & (reach > pmax) & (np.abs(G).sum(axis=1) > 1e-9))
-        m = 2 * rows.size
-        W = np.zeros((m, self.n_inputs))
-        b = np.zeros(m)
-        cols = np.arange(L["u.p_set"].start, L["u.p_set"].stop)
-        W[0::2][:, cols] = G[rows]
-        W[1::2][:, cols] = -G[rows]
-        b[0::2] = pmax[rows] - base[rows]
-        b[1::2] = pmax[rows] + base[rows]
-        names = [f"{self.line_names[r]}.{s}" for r in rows for s in ("fwd", "rev")]
-        return W, b, names
+        Ga = H[:, self.gen_bus[self.gen_act]] * gen_on[self.gen_act][None, :]   # (n_line, n_act) MW per MW
+        Ga[closed == 0, :] = 0.0
+        base = f - Ga @ u[L["u.p_set"]][self.gen_act]          # flow at the actions' p_set' = 0, MW
+        reach = np.abs(f) + np.abs(Ga) @ self.span_act          # largest |f'| inside the box
+        rows = np.flatnonzero((closed == 1) & (reach > pmax) & (np.abs(Ga).sum(axis=1) > 1e-9))
+        W[:] = 0.0
+        b[:] = 0.0
+        W[2 * rows[:, None], self.cols[None, :]] = Ga[rows]
+        W[2 * rows[:, None] + 1, self.cols[None, :]] = -Ga[rows]
+        b[2 * rows] = pmax[rows] - base[rows]
+        b[2 * rows + 1] = pmax[rows] + base[rows]
+
+    def __call__(self, y: np.ndarray, u: np.ndarray):
+        """(W, b, names) of the non-zero rows, W over this object's actions (all inputs by default)."""
+        W = np.zeros((self.m, len(self.action_names)))
+        b = np.zeros(self.m)
+        self.fill(y, u, W, b)
+        keep = np.abs(W).sum(axis=1) > 0.0
+        return W[keep], b[keep], [n for n, k in zip(self.row_names, keep) if k]
 
 
-def linear_limits(model: PlantModel) -> LineFlowLimits:
-    """The safety wrapper's plant-side linear limits (see LineFlowLimits)."""
-    return LineFlowLimits(model)
+SAFETY_LIMITS = {"line_rating": lambda model, actions, options: LineFlowLimits(model, actions, options)}

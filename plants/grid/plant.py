@@ -44,8 +44,8 @@ each other's state and snapshot/restore is exact.
 Faults (`FAULTS`): a line trip is `line.open_cmd = 1`, a unit trip `gen.on = 0`, a load step
 `load.scale` of a bus (or the group) set to the stepped value.
 
-Safety: :func:`plants.grid.line_limits.linear_limits` gives the wrapper (`[safety.projection] plant_limits = true`)
-one pair of rows per line, `+-(f_l + sum_g PTDF[l, bus_g] (a_g - u_g)) <= P_max,l` (the
+Safety: the limit family `SAFETY_LIMITS["line_rating"]` (:class:`plants.grid.line_limits.LineFlowLimits`,
+`[[safety.projection.plant]] kind = "line_rating"`) gives the wrapper one pair of rows per line, `+-(f_l + sum_g PTDF[l, bus_g] (a_g - u_g)) <= P_max,l` (the
 loading's headroom under limit_margin, in MW), with PTDF of the topology the observation
 shows (recomputed when a line trips).
 """

@@ -1,13 +1,15 @@
 """configs/grid118_policy.toml end to end (lockstep, three processes: loop, policy, safety):
 the greedy policy asks for a transfer that would overload line 54; the wrapper's PTDF line
-limits (plant_limits) clip it, so what the loop APPLIED keeps every recorded line loading
-under its rating and no line trips."""
+limits (`[[safety.projection.plant]] kind = "line_rating"`) clip it, so what the loop
+APPLIED keeps every recorded line loading under its rating and no line trips."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +25,17 @@ pytestmark = pytest.mark.timeout(180)
 
 def test_wrapper_keeps_every_line_under_its_rating(tmp_path):
     log = tmp_path / "safety.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "hil.cli", "run", str(CONFIG), "--lockstep", "--duration", "30", "--json", "--quiet",
-         "--record", str(tmp_path / "rec"), "--set", f'safety.decision_log="{log}"',
-         "--set", f'safety.status_path="{tmp_path / "status.json"}"'],
-        cwd=ROOT, capture_output=True, text=True, timeout=170)
+    # a private ipc directory: the default one is per scenario name, shared with any other run
+    # of this scenario on the machine (short: sun_path is 108 bytes)
+    ipc_dir = tempfile.mkdtemp(prefix="hg", dir="/tmp")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hil.cli", "run", str(CONFIG), "--lockstep", "--duration", "30", "--json",
+             "--quiet", "--record", str(tmp_path / "rec"), "--set", f'safety.decision_log="{log}"',
+             "--set", f'safety.status_path="{tmp_path / "status.json"}"', "--set", f'bus.ipc_dir="{ipc_dir}"'],
+            cwd=ROOT, capture_output=True, text=True, timeout=170)
+    finally:
+        shutil.rmtree(ipc_dir, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     df = read_recording(summary["record_path"])
@@ -45,7 +53,7 @@ def test_wrapper_keeps_every_line_under_its_rating(tmp_path):
     steps = [d for d in decisions if d.get("event") == "decision"]
     assert steps and all(d["source"] == "policy" for d in steps)
     reasons = {c["reason"] for d in steps for c in d.get("clips", [])}
-    assert any(r.startswith("linear:line_54.") for r in reasons), reasons
+    assert any(r.startswith("linear:lines.line_54.") for r in reasons), reasons
     assert all(d["proposal"][0] > d["action"][0] + 5.0 for d in steps[-10:])   # it kept asking for more
     assert summary["safety"]["clipped_decisions"] > 10
     # without the wrapper the policy's transfer overloads line 54 (the counterfactual, same plant)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from plants.base import Plant, PlantOptionError, load_plant
-from plants.grid import FAULTS, linear_limits
+from plants.grid import FAULTS
+from plants.grid.line_limits import LineFlowLimits
 from plants.grid.case import read_matpower
 from tests.plants.contract_checks import assert_plant_contract
 
@@ -130,7 +131,7 @@ def test_fault_hooks_through_inputs(m14):
 
 def test_ptdf_limits_predict_flows_and_follow_a_trip(m118):
     s = m118.spec
-    lim = linear_limits(m118)
+    lim = LineFlowLimits(m118)
     p = Plant(m118, dt=1.0)
     p.step(1.0)
     y, u = p.compute_outputs().copy(), p.u.copy()

@@ -1,0 +1,114 @@
+"""The grid's PTDF line limits as a plant limit family (`[[safety.projection.plant]] kind =
+"line_rating"`, plants/grid/line_limits.py) in the projection, and its fail-closed paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hil.safety.config import PlantLimit, ProjectionSection
+from hil.safety.projection import Projector, plant_limit_family
+from plants.base import Plant, load_plant
+
+ROOT = Path(__file__).resolve().parents[3]
+ACTIONS = ["gen_11.p_set", "gen_29.p_set"]
+
+
+@pytest.fixture(scope="module")
+def grid():
+    model = load_plant("grid", {"case": str(ROOT / "configs/grids/case118.m")})
+    plant = Plant(model, dt=1.0)
+    plant.step(1.0)
+    return model, plant.compute_outputs().copy(), plant.u.copy()
+
+
+def _projector(model, options=None):
+    section = ProjectionSection(plant=[PlantLimit(name="lines", kind="line_rating", options=options or {})])
+    return Projector(section, model.spec, ACTIONS, plant=model)
+
+
+def _rows(pr, y, u):
+    """The family's rows at (y, u): W (m, n_actions), b (m,)."""
+    _, fam, _ = pr.families[0]
+    W, b = np.zeros((fam.m, len(ACTIONS))), np.zeros(fam.m)
+    fam.fill(y, u, W, b)
+    return W, b
+
+
+def test_clips_a_transfer_to_the_line_rows(grid):
+    model, y, u = grid
+    pr = _projector(model)
+    out, clips = pr.project(np.array([320.0, 292.0]), None, -1.0, y, u)
+    assert out[0] < 300.0 and clips
+    assert any(c.reason.startswith("linear:lines.line_54.") for c in clips), clips
+    W, b = _rows(pr, y, u)
+    assert (W @ out <= b + 1e-6).all()                  # every row holds at the projected action
+    ok, clips_ok = pr.project(np.array([225.0, 387.0]), None, -1.0, y, u)   # a small move passes
+    assert not clips_ok and np.allclose(ok, [225.0, 387.0])
+
+
+def test_rows_hold_the_other_units_at_their_applied_values(grid):
+    """Restricted to the actions, the rows are the full rows with the other units' part in b."""
+    model, y, u = grid
+    pr = _projector(model)
+    W, b = _rows(pr, y, u)
+    _, fam, _ = pr.families[0]
+    from plants.grid.line_limits import LineFlowLimits
+
+    Wf, bf, names = LineFlowLimits(model)(y, u)         # over all inputs
+    cols = [model.spec.index("inputs", a) for a in ACTIONS]
+    u2 = u.copy()
+    for a in ([320.0, 292.0], [100.0, 450.0], [0.0, 0.0]):
+        u2[cols] = a
+        # a row the actions can violate is in both; the restricted row says the same as the full one
+        for k, name in enumerate(fam.row_names):
+            if np.abs(W[k]).sum() > 0:
+                j = names.index(name)
+                assert (W[k] @ np.array(a) - b[k]) == pytest.approx(Wf[j] @ u2 - bf[j], abs=1e-6)
+
+
+def test_a_failing_family_holds_the_applied_values(grid, monkeypatch):
+    model, y, u = grid
+    pr = _projector(model)
+    _, fam, _ = pr.families[0]
+
+    def broken(y, u, W, b):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(fam, "fill", broken)
+    out, clips = pr.project(np.array([320.0, 292.0]), None, -1.0, y, u)
+    held = u[[model.spec.index("inputs", a) for a in ACTIONS]]
+    np.testing.assert_allclose(out, held, atol=1e-6)
+    assert clips and all(c.reason == "linear:lines.failed" for c in clips) and pr.fill_failures == 1
+
+    def nan_rows(y, u, W, b):
+        W[:] = 1.0
+        b[:] = np.nan
+
+    monkeypatch.setattr(fam, "fill", nan_rows)
+    out, _ = pr.project(np.array([320.0, 292.0]), None, -1.0, y, u)
+    np.testing.assert_allclose(out, held, atol=1e-6)
+    assert pr.fill_failures == 2
+
+
+def test_bad_flow_makes_the_rows_unknown(grid):
+    model, y, u = grid
+    pr = _projector(model)
+    assert pr.unknown_limits(y, u) == []
+    y_bad = y.copy()
+    y_bad[model.spec.index("outputs", "line_54.p_mw")] = np.nan
+    assert pr.unknown_limits(y_bad, u) == ["lines"]
+
+
+def test_a_plant_without_the_family_or_bad_options_is_refused(grid):
+    model, _, _ = grid
+    with pytest.raises(ValueError, match=r"plant\[0\]\.kind: bioreactor provides no limit family 'line_rating'"):
+        plant_limit_family(load_plant("bioreactor"), "line_rating", ["feed_rate"], {}, "safety.projection.plant[0]")
+    with pytest.raises(ValueError, match=r"plant\[0\]\.options\.margin: "):
+        plant_limit_family(model, "line_rating", ACTIONS, {"margin": -1.0}, "safety.projection.plant[0]")
+    with pytest.raises(ValueError, match=r"plant\[0\]\.options\.horizon_s: not an option of line_rating"):
+        plant_limit_family(model, "line_rating", ACTIONS, {"horizon_s": 1.0}, "safety.projection.plant[0]")
+    with pytest.raises(ValueError, match=r"plant\[0\]\.options\.actions: none of gen\.p_set"):
+        plant_limit_family(model, "line_rating", ["load.scale"], {}, "safety.projection.plant[0]")
