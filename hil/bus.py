@@ -408,9 +408,10 @@ class LoopBusEndpoint:
             sock.close(0)
         self._ctx.term()
         if self._key_path:  # the run is over: its secret goes with it
-            from hil.bus_auth import remove_run_key
+            from hil.bus_auth import release_run_dir, remove_run_key
 
             remove_run_key(self._key_path, self.key)
+            release_run_dir(os.path.dirname(self._key_path))
             self._key_path = None
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import fcntl
 import os
 import secrets
 import stat
@@ -109,9 +110,42 @@ def run_dir(bus, scenario_name: str) -> str:
     return bus.resolved_ipc_dir(scenario_name)
 
 
+LOCK_FILE = "run.lock"
+_RUN_LOCKS: dict[str, int] = {}  # run directory -> fd holding its flock (this process's run)
+
+
+def lock_run_dir(d: str) -> None:
+    """Claim run directory `d` for this process (flock on `d/run.lock`, held until
+    `release_run_dir`): two runs of one scenario must not share sockets and key, since an ipc
+    bind silently takes the other run's socket over. ConfigError naming the holder if taken."""
+    if d in _RUN_LOCKS:
+        return
+    fd = os.open(os.path.join(d, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.read(fd, 32).decode().strip() or "?"
+        finally:
+            os.close(fd)
+        raise ConfigError("bus.ipc_dir", f"{d} is in use by another run (pid {holder}): stop it, or give "
+                                         "this run a directory of its own (--set bus.ipc_dir=DIR)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _RUN_LOCKS[d] = fd
+
+
+def release_run_dir(d: str) -> None:
+    """Give up this process's claim on run directory `d` (see lock_run_dir)."""
+    fd = _RUN_LOCKS.pop(d, None)
+    if fd is not None:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
 def create_run_key(bus, scenario_name: str) -> bytes:
-    """A fresh secret for this run, written 0600 into the (checked) run directory."""
+    """A fresh secret for this run, written 0600 into the (checked, claimed) run directory."""
     d = ensure_private_dir(run_dir(bus, scenario_name))
+    lock_run_dir(d)
     secret = secrets.token_bytes(KEY_BYTES)
     tmp = os.path.join(d, f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

@@ -205,46 +205,50 @@ class Runtime:
         else:
             self.image = ProcessImage.create(n_in, n_out)
             self._own_image = True
-        self.input_watch = InputWatch(self.image, self.alarms)
-        if (self.image.n_inputs, self.image.n_outputs) != (n_in, n_out):
-            raise ValueError("process image does not match the plant's inputs/outputs")
-        # the image starts out holding the initial commands, so PLCs read sane values
-        self.image.write_inputs(np.arange(n_in), self.u_cmd)
-        self.image.set_period(0.0 if lockstep else sc.loop.period_s)
+        try:  # a failure from here on (e.g. the bus's run directory taken) releases the image
+            self.input_watch = InputWatch(self.image, self.alarms)
+            if (self.image.n_inputs, self.image.n_outputs) != (n_in, n_out):
+                raise ValueError("process image does not match the plant's inputs/outputs")
+            # the image starts out holding the initial commands, so PLCs read sane values
+            self.image.write_inputs(np.arange(n_in), self.u_cmd)
+            self.image.set_period(0.0 if lockstep else sc.loop.period_s)
 
-        # ---- gaps (identity when not configured) ----
-        self.gaps = None
-        if sc.gaps is not None:
-            from hil.gaps.pipeline import GapPipeline
+            # ---- gaps (identity when not configured) ----
+            self.gaps = None
+            if sc.gaps is not None:
+                from hil.gaps.pipeline import GapPipeline
 
-            self.gaps = GapPipeline.build(sc.gaps, spec, self.step_s, sc.loop.seed, base_params=self.plant.p.copy())
-        self.drawn: dict[str, float] = self.gaps.randomize(self.plant.p, 0) if self.gaps else {}
+                self.gaps = GapPipeline.build(sc.gaps, spec, self.step_s, sc.loop.seed, base_params=self.plant.p.copy())
+            self.drawn: dict[str, float] = self.gaps.randomize(self.plant.p, 0) if self.gaps else {}
 
-        # ---- bus (policy / safety) ----
-        self.bus = None
-        if sc.bus is not None:
-            from hil.bus import LoopBusEndpoint
+            # ---- bus (policy / safety) ----
+            self.bus = None
+            if sc.bus is not None:
+                from hil.bus import LoopBusEndpoint
 
-            self.bus = LoopBusEndpoint.build(sc.bus, sc, spec)
+                self.bus = LoopBusEndpoint.build(sc.bus, sc, spec)
 
-        # ---- recording ----
-        self.record = sc.recording.enabled if record is None else record
-        self.record_path = _record_dir(sc, record_path) if self.record else None
-        self.columns = columns_for(spec)
-        self.row = np.zeros(len(self.columns))
-        self.decimate = sc.recording.decimate
-        self.recorder: Recorder | None = None
+            # ---- recording ----
+            self.record = sc.recording.enabled if record is None else record
+            self.record_path = _record_dir(sc, record_path) if self.record else None
+            self.columns = columns_for(spec)
+            self.row = np.zeros(len(self.columns))
+            self.decimate = sc.recording.decimate
+            self.recorder: Recorder | None = None
 
-        # ---- clock ----
-        if lockstep:
-            self.clock = LockstepClock()
-        else:
-            self.clock = RealtimeClock(sc.loop.period_s, sc.loop.spin_us * 1e-6)
-        want_servers = (not lockstep) if start_servers is None else start_servers
-        self.start_servers = want_servers and (sc.modbus is not None or sc.opcua is not None)
-        self.start_processes = start_processes
-        self._children: list = []
-        self._stop = False
+            # ---- clock ----
+            if lockstep:
+                self.clock = LockstepClock()
+            else:
+                self.clock = RealtimeClock(sc.loop.period_s, sc.loop.spin_us * 1e-6)
+            want_servers = (not lockstep) if start_servers is None else start_servers
+            self.start_servers = want_servers and (sc.modbus is not None or sc.opcua is not None)
+            self.start_processes = start_processes
+            self._children: list = []
+            self._stop = False
+        except BaseException:
+            self.close()
+            raise
 
     def _warm_up(self) -> None:
         """Compile (or load from cache) every kernel before the clock starts."""

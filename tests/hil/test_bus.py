@@ -572,3 +572,36 @@ def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
     tx = Sender("proposal", got)
     assert Receiver("proposal", payload_schema("proposal", N_OUT, N_IN, N_ACT), KEY).decode(
         tx.encode(0, 1.0, {"a": [1.0, 2.0], "members": [], "version": "v1", "compute_us": 1.0})) is not None
+
+
+def _hold_run_dir(d, ready, done):
+    from hil.bus_auth import lock_run_dir
+
+    lock_run_dir(d)
+    ready.set()
+    done.wait(30)
+
+
+def test_a_second_run_on_the_same_run_dir_is_refused_naming_the_first(tmp_path):
+    """Two runs of one scenario would share ipc sockets (a bind takes the other's over) and
+    key: the second is refused with the first one's pid; once it is gone, the dir is free."""
+    import multiprocessing as mp
+
+    from hil.bus_auth import lock_run_dir, release_run_dir
+    from hil.errors import ConfigError
+
+    d = str(tmp_path / "run")
+    os.mkdir(d, 0o700)
+    ctx = mp.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_run_dir, args=(d, ready, done))
+    p.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(ConfigError, match=f"in use by another run \\(pid {p.pid}\\)"):
+            lock_run_dir(d)
+    finally:
+        done.set()
+        p.join(30)
+    lock_run_dir(d)  # the first run is over: free
+    release_run_dir(d)
