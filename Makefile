@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test venv clean bench bench-long
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/protocol_latency.py
 	$(BIN)/python benchmarks/grid_speed.py
 	$(BIN)/python benchmarks/manipulator_speed.py
+	$(BIN)/python benchmarks/panda_loop.py --wall 10
+	$(BIN)/python benchmarks/gym_speed.py
+	$(BIN)/python benchmarks/campaign_throughput.py
+
+bench-long: bench
+	$(BIN)/python benchmarks/sysid_speed.py
 
 clean:
 	rm -rf $(VENV) runs
