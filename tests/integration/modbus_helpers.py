@@ -18,7 +18,6 @@ import math
 import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from plants.spec import PlantSpec, Quantity
+from tests.integration.net import free_port
 
 Q = Quantity
 SPEC = PlantSpec(
@@ -140,12 +140,6 @@ def scenario(port: int, **kw):
     from hil.config import parse_scenario
 
     return parse_scenario(scenario_dict(port, **kw))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------- processes

@@ -15,23 +15,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from tests.integration.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "tests" / "node"
 NODE_CLIENT = NODE_DIR / "client.js"
 SCENARIO = "hiltest"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_available() -> str | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pymodbus.client import ModbusTcpClient
 
 from hil.recorder import read_recording
 from tests.plants.heaters_scenario import write_scenario
+from tests.integration.net import free_port as _free_port, listening as _listening
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)
@@ -59,18 +59,6 @@ group = "node.temp"
 group = "heater.duty"
 data_type = "Float"
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _modbus(port: int) -> dict:

@@ -4,29 +4,17 @@ lockstep scenario replays, and the server's own counters showing the requests on
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.integration.net import free_port as _free_port, listening as _listening
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
 pytestmark = pytest.mark.timeout(240)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_bench_modbus_and_opcua_against_hil_servers(tmp_path):

@@ -1,20 +1,14 @@
 """`hil demo`: loop + Modbus/OPC UA servers + SoftPLC in closed loop, then a plot."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
+from tests.integration.net import free_port as _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_demo_closes_the_loop_and_leaves_a_plot(tmp_path):

@@ -8,7 +8,6 @@ import asyncio
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,22 +22,11 @@ from pymodbus.client import ModbusTcpClient
 from hil.config import load_scenario
 from hil.recorder import read_recording
 from hil.softplc.scan import SoftPlc
+from tests.integration.net import free_port as _free_port, listening as _listening
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "grid118.toml"
 pytestmark = pytest.mark.timeout(240)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_lockstep_records_per_element_and_a_protection_trip(tmp_path):

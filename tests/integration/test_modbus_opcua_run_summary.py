@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -20,22 +19,11 @@ from pathlib import Path
 import pytest
 from asyncua import Client, ua
 from pyModbusTCP.client import ModbusClient
+from tests.integration.net import free_port as _free_port, listening as _listening
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
 pytestmark = pytest.mark.timeout(180)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _modbus_client(port: int) -> None:

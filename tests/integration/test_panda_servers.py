@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -19,20 +18,9 @@ from asyncua import Client, ua
 from pymodbus.client import ModbusTcpClient
 
 from hil.recorder import read_recording
+from tests.integration.net import free_port as _free_port, listening as _listening
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _f32(regs) -> list[float]:

@@ -9,12 +9,7 @@ from hil.config import load_scenario
 from hil.errors import ConfigError
 from hil.ports import check_ports, port_holders, scenario_bindings
 from tests.hil.test_config import ROOT
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.integration.net import free_port as _free_port
 
 
 @pytest.fixture

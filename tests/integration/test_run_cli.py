@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tests.integration.net import free_port as _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
@@ -91,12 +92,6 @@ def test_sigkill_loses_at_most_about_a_second(tmp_path, whole_group):
         # the recorder outlives the loop, writes what the ring still held, frees the memory
         assert age_s < 0.1, age_s
         assert leftovers == [], leftovers
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_servers_do_not_outlive_a_killed_loop(tmp_path):

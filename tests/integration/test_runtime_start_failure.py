@@ -10,14 +10,9 @@ import pytest
 
 from hil.config import load_scenario
 from hil.runtime import Runtime
+from tests.integration.net import free_port as _free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _scenario():
