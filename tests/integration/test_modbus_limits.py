@@ -237,3 +237,34 @@ def test_a_narrowed_view_writes_inside_its_range_and_refuses_outside(tmp_path, c
     err = capfd.readouterr().err
     assert "inflow is written through 3 views, the last write wins" in err
     assert "holding_register 30 uint16 x5000 [0, 10] (modbus.map[17])" in err
+
+
+# ---------------------------------------------------------------------------- a hung image writer
+
+
+def test_a_hung_image_writer_gets_device_failure_not_a_frozen_server(capfd):
+    """Another writer of the process image hangs holding its lock (stopped mid-write): a Modbus
+    write waits at most the image's bounded lock wait and answers SERVER DEVICE FAILURE (04)
+    with a one-line log, the server keeps answering other requests, and writes work again
+    once the hung writer is gone."""
+    from tests.hil.test_image import start_hung_writer
+
+    with H.rig(publisher=False) as rig:
+        s = socket.create_connection(("127.0.0.1", rig.port), timeout=10)
+        try:
+            write = struct.pack(">BHHB", 16, 4, 1, 2) + struct.pack(">H", 150)  # inflow 1.5 (x100)
+            assert _ask(s, 1, write)[0] == 16  # served
+            hung = start_hung_writer(rig.image.name)
+            try:
+                assert _ask(s, 2, write) == bytes([16 | 0x80, 0x04])
+                assert _ask(s, 3, struct.pack(">BHH", 4, 0, 2))[0] == 4  # reads of outputs still served
+            finally:
+                hung.kill()
+                hung.join(10)
+            write2 = struct.pack(">BHHB", 16, 4, 1, 2) + struct.pack(">H", 250)
+            assert _ask(s, 4, write2)[0] == 16  # the dead writer's lock is gone: served again
+            np.testing.assert_allclose(rig.image.read_inputs(timeout_s=5.0)[IDX["inflow"]], 2.5)
+        finally:
+            s.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "InputsStale" in err
