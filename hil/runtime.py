@@ -461,7 +461,7 @@ class Runtime:
         lockstep, hooks = self.lockstep, self.hooks
         corr = self.correction
         if corr is not None:
-            corr_W, corr_lo, corr_sc, corr_idx = corr
+            corr_W, corr_lo, corr_sc, corr_idx, corr_incr = corr
         clock.start(0.0 if lockstep else 0.05)
         k = 0
         for k in range(self.n_steps):
@@ -495,7 +495,7 @@ class Runtime:
                 hooks.actuate(k, t, u_app)
             plant.step(dt)  # u_app is plant.u
             if corr is not None:  # learned residual dynamics (hil/calibration/residual.py)
-                apply_correction(plant.x, u_app, dt, corr_W, corr_lo, corr_sc, corr_idx)
+                apply_correction(plant.x, u_app, dt, corr_W, corr_lo, corr_sc, corr_idx, corr_incr)
             n_out = check_state(plant.x, x_lo, x_hi, x_tol, x_out)
             if n_out < 0:  # NaN/inf in a state
                 if rec is not None:

@@ -6,7 +6,7 @@ derivative, applied after every plant step (in sysid simulations, lockstep and r
 
 dt in the plant time unit, W[r, :] in state units per plant time unit. The model is four
 arrays (W, feat_lo, feat_scale, idx) and `apply_correction` is a Numba kernel that allocates
-nothing (one pass per row, features recomputed; the corrected rows are few). Fitted by
+nothing (one pass per row into a preallocated increment buffer; the corrected rows are few). Fitted by
 `fit_residual` in hil/calibration/sysid.py: the same trajectory least squares as the
 parameters, over the W entries of the chosen features, ridge-regularized.
 
@@ -23,67 +23,28 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def apply_correction(x, u, dt, W, feat_lo, feat_scale, idx):
-    """x[idx[r]] += dt * W[r] . phi(x, u) for every row r (at most MAX_ROWS = 8).
+def apply_correction(x, u, dt, W, feat_lo, feat_scale, idx, incr):
+    """x[idx[r]] += dt * W[r] . phi(x, u) for every row r.
 
-    Every increment is computed from x as it was on entry (held in eight scalars, no buffer),
-    then all are applied: the result does not depend on the order of the rows.
+    Every increment is computed from x as it was on entry (into `incr`, a preallocated
+    buffer of idx.size), then all are applied: the result does not depend on the order of
+    the rows.
     """
     nx = x.size
     nu = u.size
-    nr = idx.size
-    d0 = 0.0
-    d1 = 0.0
-    d2 = 0.0
-    d3 = 0.0
-    d4 = 0.0
-    d5 = 0.0
-    d6 = 0.0
-    d7 = 0.0
-    for r in range(nr):
+    for r in range(idx.size):
         acc = W[r, 0]
         for i in range(nx):
             acc += W[r, 1 + i] * (x[i] - feat_lo[i]) / feat_scale[i]
         for j in range(nu):
             acc += W[r, 1 + nx + j] * (u[j] - feat_lo[nx + j]) / feat_scale[nx + j]
-        acc *= dt
-        if r == 0:
-            d0 = acc
-        elif r == 1:
-            d1 = acc
-        elif r == 2:
-            d2 = acc
-        elif r == 3:
-            d3 = acc
-        elif r == 4:
-            d4 = acc
-        elif r == 5:
-            d5 = acc
-        elif r == 6:
-            d6 = acc
-        else:
-            d7 = acc
-    for r in range(nr):
-        if r == 0:
-            x[idx[r]] += d0
-        elif r == 1:
-            x[idx[r]] += d1
-        elif r == 2:
-            x[idx[r]] += d2
-        elif r == 3:
-            x[idx[r]] += d3
-        elif r == 4:
-            x[idx[r]] += d4
-        elif r == 5:
-            x[idx[r]] += d5
-        elif r == 6:
-            x[idx[r]] += d6
-        else:
-            x[idx[r]] += d7
+        incr[r] = acc * dt
+    for r in range(idx.size):
+        x[idx[r]] += incr[r]
 
 
 MAX_ROWS = 8
-"""Corrected states per model (the kernel keeps its increments in 8 scalars, no buffer)."""
+"""Corrected states per model (a residual model corrects the few states the data calls for)."""
 
 
 @dataclass
@@ -121,7 +82,9 @@ class ResidualModel:
         return cols
 
     def arrays(self):
-        return self.W, self.feat_lo, self.feat_scale, self.idx
+        """The kernel's arguments after (x, u, dt): W, feat_lo, feat_scale, idx and a fresh
+        increment buffer."""
+        return self.W, self.feat_lo, self.feat_scale, self.idx, np.zeros(self.idx.size)
 
     def save(self, path: str | Path) -> None:
         np.savez(path, W=self.W, feat_lo=self.feat_lo, feat_scale=self.feat_scale, idx=self.idx,

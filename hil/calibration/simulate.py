@@ -22,7 +22,7 @@ from hil.calibration.residual import apply_correction
 @lru_cache(maxsize=None)
 def simulator_for(module):
     """A compiled `sim(x0, k0, k1, t_s, U, X_presc, p, Ysim, Xsim, time_unit_s, max_sub,
-    min_sub, W, feat_lo, feat_scale, corr_idx, work, y) -> bool` for this plant module.
+    min_sub, W, feat_lo, feat_scale, corr_idx, corr_incr, work, y) -> bool` for this plant module.
 
     Integrates from sample k0 (state x0, modified in place) to sample k1; writes the outputs
     at samples k0..k1-1 into Ysim rows (and k1 too when k1 is the last sample) and the state
@@ -34,7 +34,7 @@ def simulator_for(module):
 
     @njit(nogil=True)
     def sim(x, k0, k1, t_s, U, X_presc, p, Ysim, Xsim, time_unit_s, max_sub, min_sub,
-            W, feat_lo, feat_scale, corr_idx, work, y):
+            W, feat_lo, feat_scale, corr_idx, corr_incr, work, y):
         nx = x.size
         n = t_s.size
         last = k1 == n - 1
@@ -57,7 +57,7 @@ def simulator_for(module):
                 nsub = min_sub
             step(t_s[k] / time_unit_s, x, U[k], p, dt, nsub, work)
             if corr_idx.size:
-                apply_correction(x, U[k], dt, W, feat_lo, feat_scale, corr_idx)
+                apply_correction(x, U[k], dt, W, feat_lo, feat_scale, corr_idx, corr_incr)
             ok = True
             for i in range(nx):
                 if not math.isfinite(x[i]):
@@ -97,8 +97,9 @@ class RunSimulator:
             self.feat_lo = np.zeros(nx + nu)
             self.feat_scale = np.ones(nx + nu)
             self.corr_idx = np.zeros(0, dtype=np.int64)
+            self.corr_incr = np.zeros(0)
         else:
-            self.W, self.feat_lo, self.feat_scale, self.corr_idx = correction.arrays()
+            self.W, self.feat_lo, self.feat_scale, self.corr_idx, self.corr_incr = correction.arrays()
 
     def run(self, run, p, x0, k0: int = 0, k1: int | None = None, Ysim=None, Xsim=None):
         """Simulate `run` from sample k0 (state x0, copied) to k1 (default: the end).
@@ -112,5 +113,5 @@ class RunSimulator:
         x = np.array(x0, dtype=np.float64)
         ok = self.sim(x, k0, k1, run.t_s, run.U, run.X_presc, p, Ysim, Xsim, self.time_unit_s,
                       self.max_sub, self.min_sub, self.W, self.feat_lo, self.feat_scale,
-                      self.corr_idx, self.work, self.y)
+                      self.corr_idx, self.corr_incr, self.work, self.y)
         return Ysim, Xsim, x, bool(ok)

@@ -41,7 +41,7 @@ def test_apply_correction_matches_readable_python():
     expect = x.copy()
     for r, i in enumerate(m.idx):
         expect[i] += 0.01 * m.W[r] @ phi
-    apply_correction(x, u, 0.01, m.W, m.feat_lo, m.feat_scale, m.idx)
+    apply_correction(x, u, 0.01, *m.arrays())
     np.testing.assert_allclose(x, expect, rtol=1e-14)
 
 
