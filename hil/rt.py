@@ -205,10 +205,18 @@ def apply_loop_scheduling(priority, cpu, child_pids=()) -> tuple[dict, list[str]
             warnings.append(warn)
     mlock = False
     if fifo:
+        # Lock memory at normal priority, then take SCHED_FIFO back: mlockall faults in every
+        # mapped page (seconds in a large process), and at SCHED_FIFO on the loop's CPU that
+        # would starve every other real-time task there (seen: a 2.3 s stall of a second loop).
+        prio = os.sched_getparam(0).sched_priority
+        set_normal()
         warn = lock_memory()
         mlock = warn is None
         if warn:
             warnings.append(warn)
+        err = _try_fifo(prio)
+        if err is not None:
+            warnings.append(f"SCHED_FIFO {prio} could not be restored after locking memory ({err.strerror or err})")
     obtained = current_scheduling(mlock)
     obtained["requested"] = {"priority": priority, "cpu": cpu}
     return obtained, warnings

@@ -400,12 +400,12 @@ class Runtime:
                 on_started(self)
             if on_status is not None:  # its thread keeps normal scheduling: start it first
                 self._reporter = StatusReporter(on_status)
+            self.gc.begin()  # its full collection at normal priority, before SCHED_FIFO
             self._raise_priority()
             summary.extra["scheduling"] = self.scheduling
             self._publish_initial()
             self.image.set_loop_state("running")
             self.state = "running"
-            self.gc.begin()
             self._loop(summary)
         except PlantDiverged as exc:
             self._fail(summary, "plant diverged", str(exc), EXIT_DIVERGED)

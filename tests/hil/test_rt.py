@@ -93,3 +93,13 @@ def test_describe():
         "SCHED_FIFO 80 on CPU 1, memory locked"
     assert rt.describe_scheduling({"policy": "SCHED_OTHER", "priority": 0, "cpus": [0, 1]}) == \
         "SCHED_OTHER (normal) on CPUs 0-1"
+
+
+def test_memory_is_locked_at_normal_priority_then_fifo_is_restored(fake_os, monkeypatch):
+    """mlockall faults in every page (seconds in a big process): done at SCHED_FIFO on the loop's
+    CPU it would starve any other real-time task there, so it runs at normal priority."""
+    seen = []
+    monkeypatch.setattr(rt, "lock_memory", lambda: seen.append(fake_os["policy"]))
+    got, warnings = rt.apply_loop_scheduling("auto", "auto")
+    assert seen == [os.SCHED_OTHER]
+    assert warnings == [] and (got["policy"], got["priority"], got["mlock"]) == ("SCHED_FIFO", 80, True)
