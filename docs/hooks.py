@@ -1,0 +1,26 @@
+"""MkDocs hooks: replace `<!-- generated: NAME -->` markers with text generated from the code.
+
+The generators live in `hil.docgen` (tested in tests/docs); this file only wires them in.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hil.docgen import bench  # noqa: E402
+
+GENERATORS = {
+    "benchmark-results": lambda: bench.results_markdown(ROOT / "benchmarks" / "results"),
+}
+
+
+def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (mkdocs hook signature)
+    for name, make in GENERATORS.items():
+        marker = f"<!-- generated: {name} -->"
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown

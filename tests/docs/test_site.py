@@ -1,0 +1,37 @@
+"""The documentation site builds with `mkdocs build --strict` (broken links, missing pages and
+nav entries fail the build), and its generated pages come from the code."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_mkdocs_build_strict(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "hardware-in-the-loop" in index
+    bench = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+    assert "<!-- generated:" not in bench  # every marker was replaced
+
+
+def test_benchmark_tables_quote_the_result_files(tmp_path):
+    from hil.docgen.bench import results_markdown
+
+    assert "No generated results" in results_markdown(tmp_path)
+    (tmp_path / "grid_speed.json").write_text(json.dumps({
+        "date": "2026-12-01T10:00:00Z", "load_average": [2.5, 2.1, 1.9],
+        "case118": {"warm_ms": 0.0361234, "reference": {"lightsim2grid_ms": 0.114}}, "goal_met": True}))
+    (tmp_path / "broken.json").write_text("{not json")
+    md = results_markdown(tmp_path)
+    assert "### `grid_speed`" in md and "benchmarks/results/grid_speed.json" in md
+    assert "| `case118.warm_ms` | 0.03612 |" in md
+    assert "| `case118.reference.lightsim2grid_ms` | 0.114 |" in md
+    assert "| load_average | 2.5, 2.1, 1.9 |" in md
+    assert "| `goal_met` | True |" in md
+    assert "Unreadable result file" in md.split("### `broken`")[1].split("###")[0]
