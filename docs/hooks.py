@@ -11,10 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hil.docgen import bench  # noqa: E402
+from hil.docgen import bench, config_ref  # noqa: E402
 
 GENERATORS = {
     "benchmark-results": lambda: bench.results_markdown(ROOT / "benchmarks" / "results"),
+    "scenario-keys": config_ref.scenario_reference_markdown,
 }
 
 

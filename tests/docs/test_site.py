@@ -18,6 +18,8 @@ def test_mkdocs_build_strict(tmp_path):
     assert "hardware-in-the-loop" in index
     bench = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
     assert "<!-- generated:" not in bench  # every marker was replaced
+    keys = (tmp_path / "site" / "reference" / "scenario" / "index.html").read_text()
+    assert "<!-- generated:" not in keys and "time_scale" in keys
 
 
 def test_benchmark_tables_quote_the_result_files(tmp_path):
@@ -35,3 +37,17 @@ def test_benchmark_tables_quote_the_result_files(tmp_path):
     assert "| load_average | 2.5, 2.1, 1.9 |" in md
     assert "| `goal_met` | True |" in md
     assert "Unreadable result file" in md.split("### `broken`")[1].split("###")[0]
+
+
+def test_scenario_reference_lists_every_section_and_key():
+    from hil import config
+    from hil.docgen.config_ref import scenario_reference_markdown
+
+    md = scenario_reference_markdown()
+    for section in config.Scenario.model_fields:
+        assert f"## {section}\n" in md, section
+    for key, field in config.LoopSection.model_fields.items():
+        assert f"| `{key}` |" in md, key
+    assert "| `step_s` | float | **required** | > 0 |" in md
+    assert '| `priority` | int \\| "auto" |' in md
+    assert "### `[[modbus.map]]`" in md and "### `[safety.rollout.gates.<name>]`" in md
