@@ -245,10 +245,11 @@ class PypowerSide:
 def compare(p: Problem, steps: int, repeats: int, pypower_steps: int, seed: int = 7) -> dict:
     """Warm series (loads 1-2 % per step) and flat starts, interleaved, rotated; thread CPU time."""
     sides = [HilSide(p), LightsimSide(p)]
-    try:
-        sides.append(PypowerSide(p))
-    except ImportError:
-        pass
+    if pypower_steps > 0:
+        try:
+            sides.append(PypowerSide(p))
+        except ImportError:
+            pass
     scales = load_scales(len(p.load_p_mw), steps, seed)
     base = p.loads(np.ones(len(p.load_p_mw)))
     for s in sides:                       # warm-up: compile, first factorization
