@@ -140,7 +140,7 @@ def _engaged_step(decisions, fb_times, start_s: float, step_s: float) -> int | N
 
 
 def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_times, fault_kind,
-          info: dict | None = None) -> dict:
+          info: dict | None = None, sc_declared=None, plant=None) -> dict:
     """One criterion on one run: {"status", "value", "detail"}."""
     start_k, end_k = window
     t = df["t_s"].to_numpy() if not df.empty else np.zeros(0)
@@ -175,6 +175,10 @@ def check(cr, c, df, sc, spec, summary, step_s, decimate, window, decisions, fb_
         return {"status": PASS if ok else FAIL, "value": len(rb),
                 "detail": f"{len(rb)} rollback(s) since t = {since:g} s (expected {'some' if cr.expect else 'none'})"}
     mask = _window_mask(cr.window, t, step_s, start_k, end_k) if t.size else np.zeros(0, bool)
+    if cr.kind == "safety_envelope":
+        from hil.campaign.envelope import check_safety_envelope
+
+        return check_safety_envelope(cr, df, sc_declared if sc_declared is not None else sc, spec, mask, plant)
     if cr.kind in ("bounds", "envelope"):
         if cr.kind == "envelope":
             items = [(s, lo, hi) for s, (lo, hi) in c.envelopes[cr.envelope].items()]
@@ -235,7 +239,13 @@ def _spec_kind(col: str):
 
 
 def applies(cr, run) -> bool:
-    return (cr.scenarios is None or run.scenario in cr.scenarios) and (cr.faults is None or run.fault in cr.faults)
+    """A criterion applies to a run of its scenarios and faults; a canary run is held to every
+    criterion of its scenario that names no faults (it must fail one of them)."""
+    if cr.scenarios is not None and run.scenario not in cr.scenarios:
+        return False
+    if getattr(run, "canary", ""):
+        return cr.faults is None
+    return cr.faults is None or run.fault in cr.faults
 
 
 def plot_series(c, df, step_s: float) -> dict:
@@ -253,8 +263,12 @@ def plot_series(c, df, step_s: float) -> dict:
     return out
 
 
-def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_info: dict) -> dict:
-    """The run's result dict (see hil/campaign/worker.py)."""
+def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_info: dict,
+             sc_declared=None) -> dict:
+    """The run's result dict (see hil/campaign/worker.py). The paired criteria (against the
+    no-fault run of the same scenario and seed) are left to hil/campaign/paired.py, which the
+    driver runs once both runs are done."""
+    from hil.campaign.schema import PAIRED_KINDS
     from hil.campaign.worker import recording_digest
     from hil.recorder import read_recording
 
@@ -271,14 +285,15 @@ def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_inf
     window = (f.start_k, f.end_k) if f is not None else (None, None)
     decisions = load_decisions(run_dir / "safety-decisions.jsonl")
     fb_times = fallback_command_times(df, sc, step_s)
-    kind = c.faults[run.fault].get("kind", "none")
+    kind = c.fault_def(run.fault).get("kind", "none")
     crit = {}
     for cr in c.criteria:
-        if not applies(cr, run):
+        if not applies(cr, run) or cr.kind in PAIRED_KINDS:
             continue
         try:
             crit[cr.name] = check(cr, c, df, sc, runtime.spec, summary, step_s, decimate, window, decisions,
-                                  fb_times, kind, extra_info)
+                                  fb_times, kind, extra_info, sc_declared=sc_declared,
+                                  plant=getattr(runtime.plant, "model", None))
         except KeyError as exc:
             crit[cr.name] = {"status": FAIL, "value": None, "detail": str(exc)}
     failed = [n for n, r in crit.items() if r["status"] == FAIL]

@@ -65,19 +65,37 @@ def run_local(campaign, runs, out_dir: Path, workers: int, on_result: Callable[[
     ctx = mp.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
                                initargs=(campaign,))
-    pending = set()
+    pending: dict = {}
     todo = list(runs)
+    attempts: dict = {}
+    retries = int(getattr(campaign.campaign, "retries", 0))
     try:
         while todo or pending:
             while todo and len(pending) < 2 * max(1, workers):
-                pending.add(pool.submit(_worker_run, todo.pop(0), str(out_dir), realtime))
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                run = todo.pop(0)
+                attempts[run.run_id] = attempts.get(run.run_id, 0) + 1
+                pending[pool.submit(_worker_run, run, str(out_dir), realtime)] = run
+            done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
             for fut in done:
-                on_result(fut.result())
+                run = pending.pop(fut)
+                res = fut.result()
+                if retry(res, run, attempts, retries, todo):
+                    continue
+                on_result(res)
         pool.shutdown(wait=True)
     except BaseException:
         kill_pool(pool)
         raise
+
+
+def retry(res: dict, run, attempts: dict, retries: int, todo: list) -> bool:
+    """An errored run goes back in the queue (front) while it has attempts left; True if it did.
+    The result keeps the attempt count."""
+    res["attempts"] = attempts.get(run.run_id, 1)
+    if res.get("verdict") == "error" and attempts.get(run.run_id, 1) <= retries:
+        todo.insert(0, run)
+        return True
+    return False
 
 
 def kill_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
@@ -154,12 +172,24 @@ def run_ray(campaign, runs, out_dir: Path, address: str | None, on_result: Calla
     storage = str(campaign.resolve(campaign.campaign.storage)) if campaign.campaign.storage else ""
     camp_ref = ray.put(campaign)
     refs = {task.remote(camp_ref, r, storage, realtime): r for r in runs}
+    attempts = {r.run_id: 1 for r in runs}
+    retries = int(getattr(campaign.campaign, "retries", 0))
     try:
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
                 run = refs.pop(ref)
-                result, zipped = ray.get(ref)
+                try:
+                    result, zipped = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    # the task or its node died (not the run's own error: execute_run catches those)
+                    result, zipped = {"run": run.as_dict(), "error": f"{type(exc).__name__}: {exc}"[:2000],
+                                      "criteria": {}, "verdict": "error"}, None
+                again: list = []
+                if retry(result, run, attempts, retries, again):
+                    attempts[run.run_id] += 1
+                    refs[task.remote(camp_ref, run, storage, realtime)] = run
+                    continue
                 run_dir, result_path = run_paths(out_dir, run.run_id)
                 if zipped is not None:
                     run_dir.mkdir(parents=True, exist_ok=True)

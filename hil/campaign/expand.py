@@ -27,6 +27,7 @@ class RunSpec:
     start_s: float
     duration_s: float  # the fault's, simulated s (inf = to the end)
     run_duration_s: float | None  # simulated s of the run (None: the scenario's loop.duration_s)
+    canary: str = ""  # a known-bad run ([canaries.<name>]): it must fail; fault = "canary.<name>"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -40,7 +41,8 @@ def fault_start(fault: dict, name: str, seed: int) -> float:
     return float(st)
 
 
-def expand(c: Campaign) -> list[RunSpec]:
+def expand(c: Campaign, canaries: bool = True) -> list[RunSpec]:
+    """Every run: scenario x fault x seed, then the canaries (scenario.canary.<name>.s<seed>)."""
     runs = []
     for ref in c.scenarios:
         dur = ref.duration_s or c.campaign.duration_s
@@ -50,6 +52,16 @@ def expand(c: Campaign) -> list[RunSpec]:
             for seed in c.seed_list():
                 runs.append(RunSpec(f"{ref.name}.{fname}.s{seed}", ref.name, fname, int(seed),
                                     fault_start(f, fname, seed), float(f.get("duration_s", math.inf)), dur))
+    if canaries:
+        by_name = {ref.name: ref for ref in c.scenarios}
+        for cname, cn in c.canaries.items():
+            ref = by_name[cn.scenario]
+            dur = ref.duration_s or c.campaign.duration_s
+            fname = f"canary.{cname}"
+            for seed in c.canary_seeds(cname):
+                runs.append(RunSpec(f"{ref.name}.{fname}.s{seed}", ref.name, fname, int(seed),
+                                    fault_start(cn.fault, fname, seed), float(cn.fault.get("duration_s", math.inf)),
+                                    dur, canary=cname))
     return runs
 
 

@@ -15,13 +15,84 @@ from xml.etree import ElementTree as ET
 from hil.campaign.stats import matrix, summarize
 
 
+def split_canaries(results: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the campaign's runs, the canary runs)."""
+    return ([r for r in results if not r["run"].get("canary")], [r for r in results if r["run"].get("canary")])
+
+
+def canary_summary(c, canary_results: list[dict]) -> dict:
+    """Per canary: its runs, which failed as they must, which did not. A canary run that passed,
+    errored (proved nothing) or is missing makes the campaign INVALID."""
+    out: dict = {}
+    by = {r["run"]["run_id"]: r for r in canary_results}
+    from hil.campaign.expand import expand
+
+    for run in (r for r in expand(c) if r.canary):
+        s = out.setdefault(run.canary, {"description": c.canaries[run.canary].description, "runs": 0,
+                                        "failed_as_expected": 0, "passed": [], "not_run": [], "caught_by": {}})
+        s["runs"] += 1
+        r = by.get(run.run_id)
+        if r is None or r.get("verdict") == "error":
+            s["not_run"].append(run.run_id)
+        elif r.get("verdict") == "pass":
+            s["passed"].append(run.run_id)
+        else:
+            s["failed_as_expected"] += 1
+            for n in r.get("failed", []):
+                s["caught_by"][n] = s["caught_by"].get(n, 0) + 1
+    return out
+
+
+def seen_rates(c, results: list[dict]) -> dict:
+    """Per scenario|fault (faulted runs only): runs in which the fault was seen (hil/campaign/paired.py)."""
+    out: dict = {}
+    for r in results:
+        if r.get("seen") is None:
+            continue
+        key = f"{r['run']['scenario']}|{r['run']['fault']}"
+        cell = out.setdefault(key, {"seen": 0, "runs": 0})
+        cell["runs"] += 1
+        cell["seen"] += bool(r["seen"])
+    for cell in out.values():
+        cell["rate"] = cell["seen"] / cell["runs"] if cell["runs"] else 0.0
+    return out
+
+
+def invalid_banner(canaries: dict) -> str | None:
+    """The INVALID sentence, or None when every canary run failed as it must."""
+    bad = {n: s for n, s in canaries.items() if s["passed"] or s["not_run"]}
+    if not bad:
+        return None
+    parts = [f"{n}: " + ", ".join([f"{x} PASSED" for x in s["passed"]] + [f"{x} did not run" for x in s["not_run"]])
+             for n, s in bad.items()]
+    return ("CAMPAIGN INVALID: known-bad canary runs did not fail, so these criteria cannot be trusted to "
+            "catch what they claim (" + "; ".join(parts) + ")")
+
+
 def write_junit(c, results: list[dict], path: Path) -> None:
     suites = ET.Element("testsuites", name=c.name)
     by_scn: dict = {}
+    results, canary_runs = split_canaries(results)
+    for r in canary_runs:
+        rid = r["run"]["run_id"]
+        tc = ET.Element("testcase", classname=f"{c.name}.canaries", name=f"{rid}::must_fail",
+                        time=str(r.get("wall_s", 0)))
+        if r.get("verdict") == "pass":
+            ET.SubElement(tc, "failure", message="a known-bad canary run passed every criterion: campaign INVALID",
+                          type="canary")
+        elif r.get("verdict") == "error":
+            ET.SubElement(tc, "error", message=r.get("error", "")).text = r.get("traceback", "")
+        by_scn.setdefault("__canaries__", []).append(tc)
     for r in results:
         by_scn.setdefault(r["run"]["scenario"], []).append(r)
     for scn, rs in by_scn.items():
         cases = []
+        if scn == "__canaries__":
+            suite = ET.SubElement(suites, "testsuite", name=f"{c.name}.canaries", tests=str(len(rs)),
+                                  failures=str(sum(tc.find("failure") is not None for tc in rs)),
+                                  errors=str(sum(tc.find("error") is not None for tc in rs)))
+            suite.extend(rs)
+            continue
         for r in rs:
             rid = r["run"]["run_id"]
             if r.get("verdict") == "error":
@@ -119,6 +190,11 @@ def _pct(a: int, n: int) -> str:
 
 
 def write_html(c, results: list[dict], path: Path, confidence: float = 0.95, max_plots: int = 400) -> None:
+    all_results = results
+    results, canary_runs = split_canaries(results)
+    canaries = canary_summary(c, canary_runs)
+    banner = invalid_banner(canaries)
+    seen = seen_rates(c, results)
     stats = summarize(results, confidence)
     m = matrix(results)
     scns = [s.name for s in c.scenarios]
@@ -128,9 +204,13 @@ def write_html(c, results: list[dict], path: Path, confidence: float = 0.95, max
            "body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
            "padding:3px 7px;font-size:13px}.pass{background:#dfd}.fail{background:#fdd}.part{background:#ffd}"
            "details{margin:4px 0}summary{cursor:pointer}</style></head><body>",
-           f"<h1>Campaign {esc(c.name)}</h1><p>{esc(c.campaign.description)}</p>",
+           f"<h1>Campaign {esc(c.name)}</h1>"
+           + (f"<div style='background:#c00;color:#fff;padding:12px;font-size:18px;font-weight:bold'>"
+              f"{esc(banner)}</div>" if banner else "")
+           + f"<p>{esc(c.campaign.description)}</p>",
            f"<p>{len(results)} runs, mode {esc(c.campaign.mode)}, {len(c.seed_list())} seeds. "
-           f"Verdict: <b>{'FAIL' if any(r.get('verdict') != 'pass' for r in results) else 'PASS'}</b></p>",
+           f"Verdict: <b>{'INVALID' if banner else 'FAIL' if any(r.get('verdict') != 'pass' for r in results) else 'PASS'}"
+           f"</b></p>",
            "<h2>Pass rate by scenario x fault</h2><table><tr><th></th>"
            + "".join(f"<th>{esc(f)}<br><small>{esc(c.faults[f].get('kind', ''))}</small></th>" for f in faults)
            + "</tr>"]
@@ -141,6 +221,17 @@ def write_html(c, results: list[dict], path: Path, confidence: float = 0.95, max
             cls = "" if not n else "pass" if a == n else "fail" if a == 0 else "part"
             out.append(f"<td class='{cls}'>{_pct(a, n)}<br><small>{a}/{n}</small></td>")
         out.append("</tr>")
+    out.append("</table><h2>Canaries (known-bad runs that must fail)</h2><table><tr><th>canary</th><th>failed as "
+               "expected</th><th>caught by</th><th>passed (INVALID)</th></tr>")
+    for n, s in canaries.items():
+        cls = "fail" if s["passed"] or s["not_run"] else "pass"
+        out.append(f"<tr class='{cls}'><td>{esc(n)}<br><small>{esc(s['description'])}</small></td>"
+                   f"<td>{s['failed_as_expected']}/{s['runs']}</td><td>{esc(', '.join(f'{k} ({v})' for k, v in s['caught_by'].items()))}</td>"
+                   f"<td>{esc(', '.join(s['passed'] + [x + ' (not run)' for x in s['not_run']]))}</td></tr>")
+    out.append("</table><h2>Faults seen (a paired criterion failed or the fallback detected it)</h2><table>"
+               "<tr><th>scenario | fault</th><th>seen</th></tr>")
+    for k, v in seen.items():
+        out.append(f"<tr><td>{esc(k)}</td><td>{v['seen']}/{v['runs']}</td></tr>")
     out.append("</table><h2>Criteria</h2><table><tr><th>criterion</th><th>held</th><th>bound</th>"
                "<th>worst run</th><th>failed runs</th></tr>")
     for name, s in stats.items():
@@ -154,7 +245,7 @@ def write_html(c, results: list[dict], path: Path, confidence: float = 0.95, max
     out.append("</table><h2>Runs</h2><p>Fault window shaded red; dashed lines: safety interventions "
                + ", ".join(f"<span style='color:{v}'>{k}</span>" for k, v in _MARK.items()) + ".</p>")
     # failing runs first, then the rest; plots for at most max_plots runs
-    ordered = sorted(results, key=lambda r: r.get("verdict") == "pass")
+    ordered = sorted(all_results, key=lambda r: r.get("verdict") == "pass")
     for i, r in enumerate(ordered):
         rid = r["run"]["run_id"]
         v = r.get("verdict")
@@ -185,11 +276,16 @@ def write_reports(c, results: list[dict], out_dir: Path, confidence: float = 0.9
     out_dir = Path(out_dir)
     write_junit(c, results, out_dir / "junit.xml")
     write_html(c, results, out_dir / "report.html", confidence)
+    results, canary_runs = split_canaries(results)
+    canaries = canary_summary(c, canary_runs)
+    banner = invalid_banner(canaries)
     stats = summarize(results, confidence)
     m = matrix(results)
     summary = {"campaign": c.name, "runs": len(results),
                "passed_runs": sum(r.get("verdict") == "pass" for r in results),
                "failed_runs": [r["run"]["run_id"] for r in results if r.get("verdict") != "pass"],
+               "valid": banner is None, "invalid_reason": banner, "canaries": canaries,
+               "seen": seen_rates(c, results),
                "criteria": stats, "matrix": {f"{s}|{f}": v for (s, f), v in m.items()},
                "junit": str(out_dir / "junit.xml"), "html": str(out_dir / "report.html")}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))

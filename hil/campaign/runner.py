@@ -5,6 +5,11 @@
 Layout of `out_dir`: campaign.json (the validated campaign, for replay), results/<run_id>.json
 (one per finished run: the resume marker), runs/<run_id>/ (recording, decision log),
 junit.xml, report.html, summary.json.
+
+A run that errored (could not run: a helper that did not come up, ...) is retried at once up to
+[campaign].retries times; its last error is saved for the report but never counts as done: the
+next `hil campaign run` runs it again. Once every run has a result, the paired criteria
+(hil/campaign/paired.py) compare each faulted run with its no-fault twin.
 """
 
 from __future__ import annotations
@@ -18,15 +23,18 @@ from hil.campaign.expand import expand
 from hil.campaign.worker import run_paths
 
 
-def load_results(out_dir: Path, runs) -> list[dict]:
+def load_results(out_dir: Path, runs, include_errors: bool = False) -> list[dict]:
+    """The saved results of `runs` (an errored run only with include_errors: it is no verdict)."""
     out = []
     for r in runs:
         _, path = run_paths(out_dir, r.run_id)
         if path.exists():
             try:
-                out.append(json.loads(path.read_text()))
+                res = json.loads(path.read_text())
             except ValueError:
-                pass  # half-written: runs again
+                continue  # half-written: runs again
+            if include_errors or res.get("verdict") != "error":  # an error is no verdict: it runs again
+                out.append(res)
     return out
 
 
@@ -93,6 +101,9 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
     finally:
         if bar is not None:
             bar.stop()
+    from hil.campaign.paired import apply_paired
+
+    apply_paired(c, results, out_dir)
     elapsed = time.monotonic() - t0
     order = {r.run_id: i for i, r in enumerate(runs)}
     results.sort(key=lambda r: order.get(r["run"]["run_id"], 1 << 30))

@@ -23,6 +23,11 @@
     [faults.<name>]               # hil/campaign/faults.py for the kinds and their keys
     [[criteria]]                  # hil/campaign/criteria.py
     [envelopes.<name>]            # "y.dissolved_oxygen" = [20.0, 150.0], ... (named bounds)
+    [canaries.<name>]             # known-bad runs that MUST fail (hil/campaign/canary.py); one
+    scenario = "policy"           # that passes makes the campaign INVALID (exit code 3, banner)
+    fault = { kind = "policy_ood", value = 1000.0, start_s = 600.0, duration_s = 120.0 }
+    set = { "safety.confidence.mahalanobis" = false }   # overrides on top of the scenario's
+    seeds = [1, 2]                # default: the campaign's first two seeds
     [report]
     signals = ["dissolved_oxygen", "agitation_power"]   # plotted per run (outputs / inputs)
 """
@@ -55,6 +60,9 @@ class CampaignMeta(_Strict):
     storage: str = ""
     workers: int = Field(0, ge=0, description="local pool size; 0 = number of CPUs")
     run_timeout_s: float = Field(3600.0, gt=0, description="wall s a run may take before it is killed")
+    baseline: str = Field("", description="the no-fault fault name paired criteria compare with "
+                          "(default: the one fault of kind \"none\")")
+    retries: int = Field(2, ge=0, le=10, description="times a run that errored (could not run) is run again")
 
 
 class ScenarioRef(_Strict):
@@ -69,7 +77,8 @@ class ScenarioRef(_Strict):
 class Criterion(_Strict):
     name: str
     kind: Literal["bounds", "envelope", "fallback_within", "rollback", "iae", "final", "time_outside",
-                  "recording_complete", "run_completed"]
+                  "recording_complete", "run_completed", "safety_envelope", "paired_iae", "paired_time_outside",
+                  "paired_final", "paired_detection"]
     signal: str | None = None
     signals: list[str] | None = None
     low: float = -math.inf
@@ -84,6 +93,29 @@ class Criterion(_Strict):
     max_s: float = math.inf
     scenarios: list[str] | None = None
     faults: list[str] | None = None
+    # safety_envelope: which recorded values, which parts of the scenario's [safety.projection]
+    on: list[Literal["cmd", "app"]] = Field(default_factory=lambda: ["cmd", "app"])
+    checks: list[Literal["box", "rate", "linear"]] = Field(default_factory=lambda: ["box", "rate", "linear"])
+    tolerance: float = Field(1e-6, ge=0, description="safety_envelope: slack, fraction of each input's span")
+    # paired criteria (hil/campaign/paired.py): the faulted run against its no-fault twin
+    max_ratio: float = Field(math.inf, gt=0, description="paired_iae: IAE(faulted) / max(IAE(baseline), floor)")
+    floor: float = Field(0.0, ge=0, description="paired_iae: smallest baseline IAE divided by (signal unit x s)")
+    max_extra_s: float = Field(math.inf, ge=0, description="paired_time_outside: extra s outside [low, high]")
+    max_rel: float = Field(math.inf, ge=0, description="paired_final: |final - baseline final| / |baseline final|")
+    max_abs: float = Field(math.inf, ge=0, description="paired_final: |final - baseline final| (signal unit)")
+
+
+PAIRED_KINDS = ("paired_iae", "paired_time_outside", "paired_final", "paired_detection")
+
+
+class Canary(_Strict):
+    """A known-bad run: it must fail at least one criterion, or the campaign is invalid."""
+
+    scenario: str
+    fault: dict[str, Any] = Field(default_factory=lambda: {"kind": "none"})
+    set: dict[str, Any] = Field(default_factory=dict)
+    seeds: list[int] | None = None
+    description: str = ""
 
 
 class ReportSection(_Strict):
@@ -97,6 +129,7 @@ class Campaign(_Strict):
     faults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     criteria: list[Criterion] = Field(default_factory=list)
     envelopes: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
+    canaries: dict[str, Canary] = Field(default_factory=dict)
     report: ReportSection = Field(default_factory=ReportSection)
     base_dir: str = ""  # the campaign file's directory (set by load_campaign)
     source: str = ""
@@ -108,6 +141,23 @@ class Campaign(_Strict):
     def seed_list(self) -> list[int]:
         s = self.campaign.seeds
         return list(s) if isinstance(s, list) else [self.campaign.seed_base + i for i in range(int(s))]
+
+    def fault_def(self, name: str) -> dict:
+        """The fault a run names: [faults.<name>], or a canary's (`canary.<name>`)."""
+        if name.startswith("canary.") and name[7:] in self.canaries:
+            return self.canaries[name[7:]].fault
+        return self.faults[name]
+
+    def baseline_fault(self) -> str | None:
+        """The fault name of the no-fault runs paired criteria compare with (None: no such run)."""
+        if self.campaign.baseline:
+            return self.campaign.baseline
+        nones = [n for n, f in self.faults.items() if f.get("kind") == "none"]
+        return nones[0] if nones else None
+
+    def canary_seeds(self, name: str) -> list[int]:
+        cn = self.canaries[name]
+        return list(cn.seeds) if cn.seeds is not None else self.seed_list()[:2]
 
     def resolve(self, p: str) -> Path:
         path = Path(p.format(campaign=self.name))
@@ -141,33 +191,50 @@ def parse_campaign(data: dict, source: str = "", base_dir: str | Path = ".") -> 
     if not c.faults:
         raise ConfigError("faults", "a campaign needs at least one [faults.<name>] (kind = \"none\" for a baseline)",
                           source=source)
-    from hil.campaign.faults import REALTIME_ONLY, check_fault
-
     for i, s in enumerate(c.scenarios):
         sc = load_scenario_ref(c, s, f"scenarios[{i}]")
         from plants.base import load_plant_module
 
         module = load_plant_module(sc.plant.model)
         for fname, f in c.faults.items():
-            path = f"faults.{fname}"
-            if not applies(f, s.name):
-                continue
-            _check_window(f, path, source)
-            try:
-                check_fault(f, path, module.SPEC, module)
-            except ConfigError as exc:
-                raise ConfigError(exc.path, exc.reason, source=source) from None
-            kind = f.get("kind")
-            if kind in REALTIME_ONLY and c.campaign.mode != "realtime":
-                raise ConfigError(f"{path}.kind", f"{kind} needs campaign.mode = \"realtime\" (a real socket)",
-                                  source=source)
-            if kind.startswith(("policy_", "safety_")) and controller_of(s, sc) != "policy":
-                raise ConfigError(f"{path}.scenarios", f"{kind} needs a scenario with a policy; limit it with "
-                                  f"scenarios = [...] (scenario {s.name!r} has none)", source=source)
-            if kind.startswith(("plc_", "link_")) and controller_of(s, sc) != "softplc":
-                raise ConfigError(f"{path}.scenarios", f"{kind} needs a scenario with a [softplc]; limit it with "
-                                  f"scenarios = [...] (scenario {s.name!r})", source=source)
+            if applies(f, s.name):
+                _check_fault_for(c, f, f"faults.{fname}", s, sc, module, source)
+        for cname, cn in c.canaries.items():
+            if cn.scenario == s.name:
+                _check_fault_for(c, cn.fault, f"canaries.{cname}.fault", s, sc, module, source)
+                if cn.set:
+                    load_scenario_ref(c, s, f"canaries.{cname}.set", extra=scenario_overrides(cn))
+    seeds = set(c.seed_list())
+    for cname, cn in c.canaries.items():
+        if cn.scenario not in names:
+            raise ConfigError(f"canaries.{cname}.scenario", f"{cn.scenario!r} is not one of {names}", source=source)
+        bad = [x for x in c.canary_seeds(cname) if x not in seeds]
+        if bad or not c.canary_seeds(cname):
+            raise ConfigError(f"canaries.{cname}.seeds", f"{bad or 'none'}: a canary runs on seeds of the campaign "
+                              f"(its baseline runs are paired with it)", source=source)
+    base = c.baseline_fault()
+    if c.campaign.baseline and base not in c.faults:
+        raise ConfigError("campaign.baseline", f"{base!r} is not one of {list(c.faults)}", source=source)
+    if base is not None and c.faults[base].get("kind") != "none":
+        raise ConfigError("campaign.baseline", f"{base!r} is a {c.faults[base].get('kind')} fault, not kind = \"none\"",
+                          source=source)
     for i, cr in enumerate(c.criteria):
+        if cr.kind in PAIRED_KINDS and base is None:
+            raise ConfigError(f"criteria[{i}].kind", f"{cr.kind} compares with the no-fault run: add a "
+                              f"[faults.none] kind = \"none\" (or name it in campaign.baseline)", source=source)
+        if cr.kind in ("paired_iae", "paired_time_outside", "paired_final") and not cr.signal:
+            raise ConfigError(f"criteria[{i}].signal", f"a {cr.kind} criterion needs a signal", source=source)
+        if cr.kind == "paired_iae" and (cr.setpoint is None or math.isinf(cr.max_ratio)):
+            raise ConfigError(f"criteria[{i}].max_ratio", "a paired_iae criterion needs a setpoint and max_ratio",
+                              source=source)
+        if cr.kind == "paired_time_outside" and math.isinf(cr.max_extra_s):
+            raise ConfigError(f"criteria[{i}].max_extra_s", "a paired_time_outside criterion needs max_extra_s",
+                              source=source)
+        if cr.kind == "paired_final" and math.isinf(cr.max_rel) and math.isinf(cr.max_abs):
+            raise ConfigError(f"criteria[{i}].max_rel", "a paired_final criterion needs max_rel or max_abs",
+                              source=source)
+        if cr.kind == "paired_detection" and cr.periods is None:
+            raise ConfigError(f"criteria[{i}].periods", "a paired_detection criterion needs periods", source=source)
         if cr.kind == "envelope" and cr.envelope not in c.envelopes:
             raise ConfigError(f"criteria[{i}].envelope", f"no [envelopes.{cr.envelope}]", source=source)
         if cr.kind in ("bounds", "iae", "final", "time_outside") and not (cr.signal or cr.signals):
@@ -181,6 +248,25 @@ def parse_campaign(data: dict, source: str = "", base_dir: str | Path = ".") -> 
                 if v not in known:
                     raise ConfigError(f"criteria[{i}].{key}", f"{v!r} is not one of {known}", source=source)
     return c
+
+
+def _check_fault_for(c: Campaign, f: dict, path: str, s: ScenarioRef, sc, module, source: str) -> None:
+    from hil.campaign.faults import REALTIME_ONLY, check_fault
+
+    _check_window(f, path, source)
+    try:
+        check_fault(f, path, module.SPEC, module)
+    except ConfigError as exc:
+        raise ConfigError(exc.path, exc.reason, source=source) from None
+    kind = f.get("kind")
+    if kind in REALTIME_ONLY and c.campaign.mode != "realtime":
+        raise ConfigError(f"{path}.kind", f"{kind} needs campaign.mode = \"realtime\" (a real socket)", source=source)
+    if kind.startswith(("policy_", "safety_")) and controller_of(s, sc) != "policy":
+        raise ConfigError(f"{path}.scenarios", f"{kind} needs a scenario with a policy; limit it with "
+                          f"scenarios = [...] (scenario {s.name!r} has none)", source=source)
+    if kind.startswith(("plc_", "link_")) and controller_of(s, sc) != "softplc":
+        raise ConfigError(f"{path}.scenarios", f"{kind} needs a scenario with a [softplc]; limit it with "
+                          f"scenarios = [...] (scenario {s.name!r})", source=source)
 
 
 def _check_window(f: dict, path: str, source: str) -> None:
@@ -215,7 +301,7 @@ def controller_of(ref: ScenarioRef, sc) -> str:
     return "none"
 
 
-def scenario_overrides(ref: ScenarioRef) -> dict:
+def scenario_overrides(ref) -> dict:
     """`set = {"a.b" = v}` -> nested dict (as hil run --set)."""
     out: dict = {}
     for key, value in ref.set.items():

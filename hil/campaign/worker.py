@@ -71,7 +71,7 @@ def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None
     from plants.base import load_plant_module
 
     module = load_plant_module(runtime.scenario.plant.model)
-    f = c.faults[run.fault]
+    f = c.fault_def(run.fault)
     args = check_fault(f, f"faults.{run.fault}", runtime.spec, module)
     faults = []
     if f.get("kind") != "none":
@@ -113,13 +113,21 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
 
     _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
-        sc0 = load_scenario_ref(c, ref)
-        sc = load_scenario_ref(c, ref, extra=_extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime))
+        sc0 = load_scenario_ref(c, ref)  # as declared: the safety envelope criteria hold runs to it
+        extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime)
+        if run.canary:  # a known-bad run: its overrides (e.g. the wrapper's envelope opened) on top
+            from hil.config import _deep_merge
+            from hil.campaign.schema import scenario_overrides
+
+            over = scenario_overrides(c.canaries[run.canary])
+            _deep_merge(over, extra)
+            extra = over
+        sc = load_scenario_ref(c, ref, extra=extra)
         controller = controller_of(ref, sc)
         runtime = Runtime(sc, lockstep=not realtime, duration_s=run.run_duration_s, record=True,
                           record_path=str(run_dir / "rec"), start_servers=realtime,
                           scenario_path=str(c.resolve(ref.file)))
-        fault_cfg = c.faults[run.fault]
+        fault_cfg = c.fault_def(run.fault)
         kind = fault_cfg.get("kind", "none")
         rt_ctl = None
         if realtime:
@@ -148,7 +156,7 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
         extra_info = rt_ctl.info() if rt_ctl is not None else {}
         if stage.plc is not None and hasattr(stage.plc, "scans"):
             extra_info["plc_scans"] = stage.plc.scans
-        result = evaluate(c, run, sc, runtime, summary, stage, run_dir, extra_info)
+        result = evaluate(c, run, sc, runtime, summary, stage, run_dir, extra_info, sc_declared=sc0)
     except RunInterrupted:
         raise
     except Exception as exc:  # noqa: BLE001  (a run that cannot run is a failed run, with the reason)

@@ -1,7 +1,10 @@
 """`hil campaign run CAMPAIGN.toml` / `hil campaign replay RUN_ID` / `hil campaign report OUT`.
 
 Exit codes: 0 every criterion held in every run, 1 a criterion failed (or a run could not run),
-2 bad configuration or usage; replay: 0 the replay is bit for bit the original, 1 it differs.
+2 bad configuration or usage, 3 the campaign is INVALID: a known-bad canary run passed (or could not
+run), so its criteria cannot be trusted, whatever the other runs say.
+Replay: 0 the replay is bit for bit the original, 1 it differs, 2 usage, 3 it cannot compare (no
+original result, or the original errored).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from pathlib import Path
 import click
 
 from hil.errors import ConfigError
+
+EXIT_INVALID = 3
+EXIT_CANNOT_COMPARE = 3
 
 
 @click.group("campaign")
@@ -63,15 +69,27 @@ def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progres
         err.print(f"[red]error[/red] {exc}")
         sys.exit(2)
     summary = write_reports(c, results, out)
+    if not summary["valid"]:
+        err.print(f"[bold white on red] {summary['invalid_reason']} [/bold white on red]")
     for name, s in summary["criteria"].items():
         color = "green" if s["passed"] == s["runs"] else "red"
         worst = f" (worst run {s['worst_run']})" if s.get("worst_run") else ""
         err.print(f"  [{color}]{name}[/{color}]: {s['sentence']}{worst}")
     err.print(f"  runs: {summary['passed_runs']}/{summary['runs']} passed; reports: {out / 'report.html'}, "
               f"{out / 'junit.xml'}")
+    for name, s in summary["canaries"].items():
+        ok = not (s["passed"] or s["not_run"])
+        err.print(f"  canary [{'green' if ok else 'red'}]{name}[/]: failed as it must in {s['failed_as_expected']}/"
+                  f"{s['runs']} run(s)" + (f"; caught by {', '.join(s['caught_by'])}" if s["caught_by"] else ""))
     if as_json:
         click.echo(json.dumps(summary, default=str))
-    sys.exit(0 if summary["passed_runs"] == summary["runs"] else 1)
+    sys.exit(exit_code(summary))
+
+
+def exit_code(summary: dict) -> int:
+    if not summary.get("valid", True):
+        return EXIT_INVALID
+    return 0 if summary["passed_runs"] == summary["runs"] else 1
 
 
 @command.command("replay")
@@ -106,14 +124,28 @@ def replay_cmd(run_id, out_dir, campaign_file, as_json) -> None:
         err.print(f"[red]error[/red] no run {run_id!r} in that campaign ({exc})")
         sys.exit(2)
     _, orig_path = run_paths(out, run_id)
-    original = json.loads(orig_path.read_text()) if orig_path.exists() else None
+    try:
+        original = json.loads(orig_path.read_text()) if orig_path.exists() else None
+    except ValueError:
+        original = None
+    if original is not None and original.get("verdict") == "error":
+        original = None  # an error has no recording to compare with
     res = execute_run(c, run, out / "replay")
+    from hil.campaign.paired import baseline_id, evaluate_pair, finalize
+
+    bid = baseline_id(c, res["run"])
+    base_path = run_paths(out, bid)[1] if bid else None
+    base = json.loads(base_path.read_text()) if base_path is not None and base_path.exists() else None
+    if bid == run_id:
+        base = res
+    finalize(c, res, evaluate_pair(c, res, base))  # paired criteria against the original baseline
     same = original is not None and res.get("digest") == original.get("digest")
     info = {"run_id": run_id, "verdict": res.get("verdict"), "failed": res.get("failed", []),
             "digest": res.get("digest"), "original_digest": (original or {}).get("digest"),
             "identical": same, "record_path": (res.get("summary") or {}).get("record_path")}
     if original is None:
-        err.print(f"{run_id}: replayed (no original result to compare with): {res.get('verdict')}")
+        err.print(f"[red]{run_id}: replayed, but there is no original result to compare with[/red] "
+                  f"({orig_path}): verdict {res.get('verdict')}; cannot tell whether it is the same")
     else:
         err.print(f"{run_id}: replay {'identical bit for bit' if same else 'DIFFERS from'} the original "
                   f"(digest {str(res.get('digest'))[:16]}); verdict {res.get('verdict')}"
@@ -122,7 +154,7 @@ def replay_cmd(run_id, out_dir, campaign_file, as_json) -> None:
         err.print(f"  {name}: {cr['status']}  {cr.get('detail', '')}")
     if as_json:
         click.echo(json.dumps(info))
-    sys.exit(0 if same or original is None else 1)
+    sys.exit(EXIT_CANNOT_COMPARE if original is None else 0 if same else 1)
 
 
 @command.command("report")
@@ -135,6 +167,6 @@ def report_cmd(out_dir) -> None:
 
     out = Path(out_dir)
     c = read_campaign(out)
-    summary = write_reports(c, load_results(out, expand(c)), out)
-    click.echo(json.dumps({k: summary[k] for k in ("runs", "passed_runs", "html", "junit")}))
-    sys.exit(0 if summary["passed_runs"] == summary["runs"] else 1)
+    summary = write_reports(c, load_results(out, expand(c), include_errors=True), out)
+    click.echo(json.dumps({k: summary[k] for k in ("runs", "passed_runs", "valid", "html", "junit")}))
+    sys.exit(exit_code(summary))
