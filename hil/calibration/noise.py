@@ -4,8 +4,9 @@ sensor error, reported apart (never written into [gaps.sensors]).
 
 Per output, over all runs (time t_s from each run's start, plant units):
     bias, drift_per_s   only against an independent reference of the output (a column with
-                        role = "reference", e.g. lab assays): ordinary least squares of
-                        y_sensor(t_ref) - y_ref = bias + drift * t_s, model-free. Without a
+                        role = "reference", e.g. lab assays): least squares of
+                        y_sensor(t_ref) - y_ref = bias + drift * t_s weighted for a relative
+                        assay error (1 / reference level), model-free. Without a
                         reference they are undetermined (reported, not written): a residual
                         against the model cannot tell a sensor offset from a model defect.
     noise_std           from the high-frequency content: robust scatter of the residual's
@@ -119,7 +120,7 @@ def reference_bias(runs, output: str, output_index: int) -> dict | None:
     """Sensor bias and drift of one output against its independent reference columns
     (run.refs[output]): OLS of y_sensor - y_ref on [1, t_s], with 95 % intervals; None when
     no run has >= 3 reference samples paired with a sensor sample."""
-    ts, es = [], []
+    ts, es, rs = [], [], []
     for run in runs:
         ref = run.refs.get(output) if getattr(run, "refs", None) else None
         if ref is None:
@@ -128,15 +129,20 @@ def reference_bias(runs, output: str, output_index: int) -> dict | None:
         m = np.isfinite(ref) & np.isfinite(y)
         ts.append(run.t_s[m])
         es.append(y[m] - ref[m])
+        rs.append(ref[m])
     if not ts or sum(t.size for t in ts) < 3:
         return None
-    t, e = np.concatenate(ts), np.concatenate(es)
+    t, e, ref = np.concatenate(ts), np.concatenate(es), np.concatenate(rs)
     A = np.stack([np.ones_like(t), t], axis=1)
-    coef, *_ = np.linalg.lstsq(A, e, rcond=None)
-    r = e - A @ coef
+    # lab assays have a relative error (a CV): weight by 1 / reference level, floored at a
+    # tenth of the median level so that near-zero references do not dominate
+    lvl = np.maximum(np.abs(ref), 0.1 * max(float(np.median(np.abs(ref))), 1e-12))
+    wt = 1.0 / lvl
+    coef, *_ = np.linalg.lstsq(A * wt[:, None], e * wt, rcond=None)
+    r = (e - A @ coef) * wt
     dof = max(t.size - 2, 1)
     s2 = float(r @ r) / dof
-    cov = s2 * np.linalg.pinv(A.T @ A)
+    cov = s2 * np.linalg.pinv((A * wt[:, None]).T @ (A * wt[:, None]))
     sd = np.sqrt(np.clip(np.diag(cov), 0, None))
     return {"bias": float(coef[0]), "drift_per_s": float(coef[1]),
             "bias_ci95": [float(coef[0] - 1.96 * sd[0]), float(coef[0] + 1.96 * sd[0])],
