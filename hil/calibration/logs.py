@@ -19,14 +19,22 @@ Column map (TOML), every key optional:
     pump_cmd = { to = "feed_rate", lag_s = 600.0 }  # known actuator lag: the plant sees the
                                                     # command through a first-order lag
     antifoam_mL = { role = "extra" }               # kept for the residual model and audit
+    X_lab = { to = "biomass", role = "reference" } # an independent reference of an output
+                                                   # (lab assay): judges that output's sensor
 
     [inputs.base_flow]         # an input the log does not carry
     value = 0.0                # fixed, plant unit ... or
     profile = [[0.0, 0.0], [3600.0, 0.002]]   # piecewise constant from t_s on (s since start)
 
+    [states.temperature]       # a state held by the unit's own controller, not logged:
+    value = 298.0              # held at a value (plant unit) ... or a profile as above
+
 Roles: "output" (a measured output compared with the model), "input" (drives the model),
 "state" (the state is set to the logged value before every step: e.g. temperature held
-by a jacket controller the model need not simulate), "extra" (kept, not used by the model).
+by a jacket controller the model need not simulate), "reference" (an independent
+measurement of an output, e.g. offline lab samples: sensor bias and drift are fitted against
+these only), "extra" (kept, not used by the model; read by the residual model and the
+findings). Logs may be gzip-compressed (`.csv.gz`, `.tsv.gz`).
 Columns neither mapped nor named like a signal are kept as extras too.
 
 Bad files raise `LogError` naming the file, the column and the (1-based data) row.
@@ -106,6 +114,7 @@ class ColumnMap:
     columns: list[ColumnSpec] = field(default_factory=list)
     fixed_inputs: dict[str, float] = field(default_factory=dict)
     profile_inputs: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    held_states: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path, spec) -> "ColumnMap":
@@ -122,9 +131,9 @@ class ColumnMap:
     def from_dict(cls, data: dict, spec, source: str | None = None) -> "ColumnMap":
         problems: list[tuple[str, str]] = []
         cm = cls()
-        unknown = set(data) - {"time", "columns", "inputs"}
+        unknown = set(data) - {"time", "columns", "inputs", "states"}
         for k in sorted(unknown):
-            problems.append((k, "unknown section (expected time, columns, inputs)"))
+            problems.append((k, "unknown section (expected time, columns, inputs, states)"))
         t = data.get("time", {})
         cm.time_column = t.get("column")
         cm.time_unit = t.get("unit", "s")
@@ -146,10 +155,10 @@ class ColumnMap:
                     problems.append((key, f"{to!r} is no output or input of {spec.name}; "
                                           "set role = \"state\" or \"extra\""))
                     continue
-            if role not in ("output", "input", "state", "extra"):
-                problems.append((f"{key}.role", f"{role!r} is not output, input, state or extra"))
+            if role not in ("output", "input", "state", "extra", "reference"):
+                problems.append((f"{key}.role", f"{role!r} is not output, input, state, reference or extra"))
                 continue
-            kind = {"output": "outputs", "input": "inputs", "state": "states"}.get(role)
+            kind = {"output": "outputs", "input": "inputs", "state": "states", "reference": "outputs"}.get(role)
             if kind is not None and to not in {"outputs": outs, "inputs": ins, "states": sts}[kind]:
                 problems.append((f"{key}.to", f"{spec.name} has no {role} {to!r}"))
                 continue
@@ -167,10 +176,30 @@ class ColumnMap:
                 problems.append((f"{key}.lag_s", "a lag >= 0 s, on inputs only"))
                 continue
             cm.columns.append(ColumnSpec(col, to, role, scale, offset, lag))
+        for name, entry in data.get("states", {}).items():
+            key = f"states.{name}"
+            if name not in sts:
+                problems.append((key, f"{spec.name} has no state {name!r} (states: {', '.join(sorted(sts))})"))
+                continue
+            if not isinstance(entry, dict) or ("value" in entry) == ("profile" in entry):
+                problems.append((key, "give exactly one of value or profile (the state held by the unit's "
+                                      "own controller)"))
+                continue
+            try:
+                prof = ([(0.0, float(entry["value"]))] if "value" in entry
+                        else [(float(a), float(b)) for a, b in entry["profile"]])
+            except (TypeError, ValueError):
+                problems.append((key, "value must be a number, profile a list of [t_s, value] pairs"))
+                continue
+            if not prof or any(b[0] < a[0] for a, b in zip(prof, prof[1:])):
+                problems.append((f"{key}.profile", "times must be non-empty and non-decreasing"))
+                continue
+            cm.held_states[name] = prof
         for name, entry in data.get("inputs", {}).items():
             key = f"inputs.{name}"
             if name not in ins:
-                problems.append((key, f"{spec.name} has no input {name!r}"))
+                hint = " (a state: declare it under [states." + name + "])" if name in sts else ""
+                problems.append((key, f"{spec.name} has no input {name!r}{hint}"))
                 continue
             if "value" in entry and "profile" not in entry:
                 cm.fixed_inputs[name] = float(entry["value"])
@@ -204,6 +233,7 @@ class RunLog:
     X_presc: np.ndarray
     extras: dict[str, np.ndarray]
     source: str = ""
+    refs: dict[str, np.ndarray] = field(default_factory=dict)  # output -> independent reference (NaN: none)
 
     @property
     def duration_s(self) -> float:
@@ -216,7 +246,8 @@ class RunLog:
         """Samples k0..k1-1 as a run of their own (time re-based to 0)."""
         t = self.t_s[k0:k1] - self.t_s[k0]
         return RunLog(name or f"{self.name}[{k0}:{k1}]", t, self.U[k0:k1], self.Y[k0:k1],
-                      self.X_presc[k0:k1], {k: v[k0:k1] for k, v in self.extras.items()}, self.source)
+                      self.X_presc[k0:k1], {k: v[k0:k1] for k, v in self.extras.items()}, self.source,
+                      {k: v[k0:k1] for k, v in self.refs.items()})
 
 
 def _read_table(path: Path):
@@ -229,17 +260,22 @@ def _read_table(path: Path):
             raise LogError("", "a directory log must be a hil recording (no _meta.json)", source=str(path))
         return read_recording(path), True
     suffix = path.suffix.lower()
+    compression = None
+    if suffix == ".gz":
+        compression = "gzip"
+        suffix = Path(path.stem).suffix.lower()
     try:
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path), False
         if suffix in (".csv", ".txt", ".tsv"):
             return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str,
-                               keep_default_na=False), False
+                               keep_default_na=False, compression=compression), False
     except FileNotFoundError:
         raise LogError("", "no such file", source=str(path)) from None
     except Exception as exc:  # pandas/pyarrow parse errors
         raise LogError("", f"cannot parse: {exc}", source=str(path)) from None
-    raise LogError("", f"unknown log format {suffix!r} (CSV, Parquet or a hil recording)", source=str(path))
+    raise LogError("", f"unknown log format {path.suffix!r} (CSV, TSV (optionally .gz), Parquet or a hil "
+                       "recording)", source=str(path))
 
 
 _NA = {"", "nan", "NaN", "NA", "N/A", "null", "None", "-"}
@@ -343,6 +379,7 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
     Y = np.full((n, spec.n_outputs), np.nan)
     X = np.full((n, spec.n_states), np.nan)
     extras: dict[str, np.ndarray] = {}
+    refs: dict[str, np.ndarray] = {}
     used = {tcol}
     for c in mapped:
         used.add(c.column)
@@ -356,6 +393,8 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
             Y[:, spec.index("outputs", c.signal)] = v
         elif c.role == "state":
             X[:, spec.index("states", c.signal)] = _hold(v, np.nan)
+        elif c.role == "reference":
+            refs[c.signal] = v
         elif c.role == "input":
             j = spec.index("inputs", c.signal)
             U[:, j] = _hold(v, U[0, j])
@@ -367,6 +406,12 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
         U[:, spec.index("inputs", name)] = value
     for name, prof in cm.profile_inputs.items():
         U[:, spec.index("inputs", name)] = _profile_at(prof, t)
+    for name, prof in cm.held_states.items():
+        i = spec.index("states", name)
+        if np.isfinite(X[:, i]).any():
+            raise LogError(f"states.{name}", "the state is both logged (role = \"state\") and declared held",
+                           source=source)
+        X[:, i] = _profile_at(prof, t)
     for col in df.columns:
         if col in used or (recording and str(col).split(".")[0] in ("step", "wall_ns", "lateness_us",
                                                                      "cmd", "app", "x", "y", "meas")):
@@ -379,7 +424,9 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
         raise LogError("columns", "no measured output in the log: map at least one column to an output",
                        source=source)
     name = path.stem if not path.is_dir() else path.name
-    return RunLog(name, t, U, Y, X, extras, source)
+    if name.endswith((".csv", ".tsv")):
+        name = name[:-4]
+    return RunLog(name, t, U, Y, X, extras, source, refs)
 
 
 def lag_filter(t_s: np.ndarray, v: np.ndarray, tau_s: float) -> np.ndarray:

@@ -13,7 +13,8 @@ from hil.calibration import tomlw
 
 
 def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: str = "",
-                    profile: dict | None = None, residual: dict | None = None) -> dict:
+                    profile: dict | None = None, residual: dict | None = None,
+                    sources: list[str] | None = None, warnings: list[str] | None = None) -> dict:
     """The fitted scenario fragment: merge its [plant] and [gaps] into a scenario; [sysid]
     is the evidence (read by `hil audit`)."""
     spec = problem.spec
@@ -26,9 +27,16 @@ def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: 
             "per_run": [float(f.values[i]) for f in per_run],
             "per_run_std": [float(f.std[i]) for f in per_run],
         }
-    sensors = {}
+    sensors, model_error, omitted, refs = {}, {}, {}, {}
     for name, fields in noise.items():
         sensors[name] = {k: v for k, v in fields.items() if not k.startswith("_")}
+        me = fields.get("_model_error")
+        if me and me.get("structured"):
+            model_error[name] = me
+        if fields.get("_omitted"):
+            omitted[name] = fields["_omitted"]
+        if fields.get("_reference"):
+            refs[name] = fields["_reference"]
     doc = {
         "sysid": {
             "plant": spec.name, "unit": unit, "runs": pooled.runs, "n_runs": len(pooled.runs),
@@ -38,10 +46,15 @@ def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: 
             "residual_lag1": {n: float(pooled.rho[spec.index("outputs", n)]) for n in pooled.outputs},
             "cost": pooled.cost, "n_residuals": pooled.n_residuals, "nfev": pooled.nfev,
             "noise_fitted": sorted(noise),
+            "files": list(sources or []),
+            "sensor_bias_from_reference": refs,
+            "sensor_fields_omitted": omitted,
+            "model_error": model_error,
+            "warnings": list(warnings or []),
             "estimates": est,
             "correlation": {"params": pooled.params,
                             "matrix": [[float(c) for c in row] for row in pooled.corr]},
-            "identifiability": {f"finding_{i}": {"kind": f["kind"], "params": f["params"], "why": f["why"]}
+            "identifiability": {f"finding_{i}": {k: v for k, v in f.items() if k in ("kind", "params", "why")}
                                 for i, f in enumerate(findings)},
         },
         "plant": {"parameters": {n: float(v) for n, v in zip(pooled.params, pooled.values)}},
@@ -63,6 +76,7 @@ def write_fitted(path: str | Path, doc: dict) -> None:
         "sysid": "evidence of the fit (hil audit reads it); not a scenario section",
         "plant.parameters": "pooled estimates over every run, plant units",
         "gaps.randomize.plant": "ranges from the measured run-to-run spread (per-run 95 % intervals)",
+        "gaps.sensors": "noise from high-frequency content; bias/drift only against reference columns",
     }
     Path(path).write_text(tomlw.dumps(doc, comments))
 
@@ -101,7 +115,7 @@ def residual_plots(problem, sims, out_dir: str | Path) -> list[str]:
     return files
 
 
-def print_summary(echo, pooled, per_run, findings, noise, profile=None) -> None:
+def print_summary(echo, pooled, per_run, findings, noise, profile=None, warnings=()) -> None:
     echo(f"pooled fit over {len(pooled.runs)} run(s), {pooled.n_residuals} residuals, {pooled.nfev} evaluations")
     echo(f"{'parameter':14s} {'value':>12s} {'95% interval':>27s}   per run")
     for i, n in enumerate(pooled.params):
@@ -110,12 +124,29 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None) -> None:
     if profile:
         a, b = profile["ci95"]
         echo(f"profile likelihood check, {profile['parameter']}: 95% [{a:.5g}, {b:.5g}]")
+    for n, b in pooled.biases.items():
+        echo(f"sensor bias fitted with the parameters (--bias), {n}: {b:.4g}")
+    for w in warnings:
+        echo(f"warning: {w}")
     for f in findings:
-        echo(f"identifiability: {f['why']}")
+        echo(f"finding ({f['kind']}): {f['why']}")
     for n, fields in noise.items():
         shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) and math.isfinite(v) else f"{k}={v}"
                           for k, v in fields.items() if not k.startswith("_"))
         echo(f"sensor {n}: {shown}")
+        ref = fields.get("_reference")
+        if ref:
+            echo(f"  bias/drift against {ref['n_reference']} reference samples: bias {ref['bias']:.4g} "
+                 f"[{ref['bias_ci95'][0]:.3g}, {ref['bias_ci95'][1]:.3g}], drift {ref['drift_per_s'] * 3600:.4g}/h")
+        for k, why in (fields.get("_omitted") or {}).items():
+            if k != "drift_per_s":
+                echo(f"  {k} not written: {why}")
+        me = fields.get("_model_error")
+        if me and me.get("structured"):
+            shape = "; ".join(f"{r['run']}: {r['start']:+.3g} -> {r['end']:+.3g} (extreme {r['extreme']:+.3g} at "
+                              f"{r['extreme_at_h']:.1f} h)" for r in me["per_run"])
+            echo(f"  model error, not sensor error (smoothed over {me['window_s'] / 3600:.2g} h, RMS "
+                 f"{me['rms']:.3g}): {shape}")
 
 
 def heldout_rmse(problem, p, x0s, runs, sim, bias=None) -> dict[str, float]:
