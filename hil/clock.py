@@ -15,6 +15,7 @@ step, so both modes share the loop's code path.
 
 from __future__ import annotations
 
+import math
 import time
 
 from hil.stats import LatencyHistogram
@@ -30,8 +31,8 @@ class RealtimeClock:
     realtime = True
 
     def __init__(self, period_s: float, spin_s: float = 200e-6):
-        if period_s <= 0:
-            raise ValueError("period_s must be > 0")
+        if not (math.isfinite(period_s) and period_s >= 1e-9):
+            raise ValueError(f"period_s = {period_s!r}: a real-time period must be finite and at least 1 ns")
         self.period_ns = int(round(period_s * 1e9))
         self.spin_ns = int(round(min(spin_s, period_s) * 1e9))
         self.lateness = LatencyHistogram()

@@ -20,9 +20,10 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hil.errors import ConfigError
+from hil.numbers import MAX_SCENARIO_BYTES, NUMBER_CONFIG, check_numbers, too_many_steps
 from hil.signal_tables import (  # noqa: F401  (re-exported)
     SIGNAL_TABLES,
     expand_input_groups,
@@ -43,9 +44,15 @@ from hil.paths import (  # noqa: F401  (re-exported: section modules import them
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: unknown keys rejected, frozen, no type coercion from str."""
+    """Base of every config model: unknown keys rejected, frozen, no type coercion from str, and
+    every number the user set sane (finite, bounded magnitude, durations in range: hil.numbers)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, **NUMBER_CONFIG)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _sane_numbers(cls, data, handler):
+        return check_numbers(cls, data, handler)
 
 
 # ---- core sections ----
@@ -97,7 +104,7 @@ class PlantSection(StrictModel):
 class LoopSection(StrictModel):
     step_s: float = Field(gt=0, description="simulated seconds per loop step (plant dt)")
     time_scale: float = Field(
-        default=1.0, gt=0, description="simulated seconds per wall second in real time"
+        default=1.0, ge=1e-6, le=1e6, description="simulated seconds per wall second in real time"
     )
     duration_s: float = Field(gt=0, description="simulated seconds to run")
     seed: int = Field(default=0, ge=0, description="seed of every random stream")
@@ -144,6 +151,8 @@ class LoopSection(StrictModel):
         step_s = info.data.get("step_s")
         if step_s is not None and v < step_s * (1 - 1e-9):
             raise ValueError(f"{v:g} s is shorter than one step (step_s = {step_s:g} s): the run would do nothing")
+        if step_s is not None and (why := too_many_steps(v, step_s)):
+            raise ValueError(why)
         return v
 
     @property
@@ -360,14 +369,47 @@ def parse_scenario(data: dict, source: str | None = None, *, base_dir: str | Pat
     return sc
 
 
+def read_config_text(path: str | Path, what: str = "scenario") -> str:
+    """The text of a config file: a regular file (not a FIFO, device or directory) of at most
+    MAX_SCENARIO_BYTES, UTF-8. Anything else is a ConfigError with the reason, never a hang or
+    a MemoryError. Opened non-blocking so that a FIFO cannot block the open."""
+    import os
+    import stat
+
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {what}: {exc.strerror}", source=str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError("", f"cannot read {what}: not a regular file", source=str(path))
+        if st.st_size > MAX_SCENARIO_BYTES:
+            raise ConfigError("", f"{what} file is {st.st_size} bytes, more than the "
+                                  f"{MAX_SCENARIO_BYTES} bytes allowed", source=str(path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_SCENARIO_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {what}: {exc.strerror}", source=str(path)) from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ConfigError("", f"{what} file is more than the {MAX_SCENARIO_BYTES} bytes allowed",
+                          source=str(path))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError("", f"{what} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} "
+                              f"(offset {exc.start})", source=str(path)) from None
+
+
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
     """Read and validate a scenario TOML file; `overrides` (nested dict, e.g. from --set) are merged in
     first. Relative paths: the file's against its directory, the overrides' against the cwd."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError("", f"cannot read scenario: {exc.strerror}", source=str(path)) from None
+    text = read_config_text(path, "scenario")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -11,6 +11,7 @@ import math
 import re
 
 from hil.errors import ConfigError
+from hil.numbers import MAX_TIME_S, MIN_PERIOD_S, too_many_steps
 
 UNITS_S = {
     "ms": 1e-3,
@@ -51,6 +52,9 @@ def parse_duration(text: str | float | int, key: str = "--duration") -> float:
             raise ConfigError(key, f"{text!r} is not a duration (e.g. 2h, 90min, 30s, 1d, or seconds)")
     if not (math.isfinite(seconds) and seconds > 0):
         raise ConfigError(key, f"{text!r} is not a positive duration")
+    if seconds > MAX_TIME_S:
+        raise ConfigError(key, f"{text!r} is {seconds:.3g} s, longer than the {MAX_TIME_S:g} s "
+                               f"({format_duration(MAX_TIME_S)}) a run may cover")
     return seconds
 
 
@@ -86,6 +90,12 @@ def run_duration(scenario, *, duration: str | None, wall: str | None, lockstep: 
     if sim_s < loop.step_s * (1 - 1e-9):
         raise ConfigError(key, f"{given} is {format_duration(sim_s)} simulated, shorter than one loop step "
                                f"(loop.step_s = {loop.step_s:g} s): the run would do nothing")
+    if why := too_many_steps(sim_s, loop.step_s):
+        raise ConfigError(key, f"{given}: {why}")
+    if not lockstep and loop.period_s < MIN_PERIOD_S:
+        raise ConfigError("loop.time_scale", f"{loop.time_scale:g}: the real-time period step_s / time_scale "
+                                             f"= {loop.period_s:.3g} s is shorter than {MIN_PERIOD_S:g} s "
+                                             "(no wall clock keeps it)")
     return sim_s
 
 

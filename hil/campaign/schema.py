@@ -39,13 +39,21 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hil.errors import ConfigError
+from hil.numbers import NUMBER_CONFIG, check_numbers
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys rejected; every number the user set sane (hil.numbers, as the scenario models)."""
+
+    model_config = ConfigDict(extra="forbid", **NUMBER_CONFIG)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _sane_numbers(cls, data, handler):
+        return check_numbers(cls, data, handler)
 
 
 class CampaignMeta(_Strict):
@@ -328,11 +336,11 @@ def load_scenario_ref(c: Campaign, ref: ScenarioRef, path: str = "scenarios", ex
 
 
 def load_campaign(path: str | Path) -> Campaign:
+    from hil.config import read_config_text
+
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError("", f"cannot read campaign: {exc.strerror}", source=str(path)) from None
+        data = tomllib.loads(read_config_text(path, "campaign"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=str(path)) from None
     return parse_campaign(data, source=str(path), base_dir=path.resolve().parent)
