@@ -166,9 +166,11 @@ class PolicyRunner:
     def run(self, parent_pid: int | None = None, status_path: str | None = None) -> None:
         bus, name = self.scenario.bus, self.scenario.name
         ctx = zmq.Context()
-        obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm)
+        obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm,
+                          max_bytes=self.obs_rx.max_bytes)
         out = open_socket(ctx, zmq.PUSH, bus.endpoint("proposal", name), bind=False, hwm=bus.hwm)
-        cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm)
+        cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm,
+                          max_bytes=self.cmd_rx.max_bytes)
         obs.setsockopt(zmq.RCVTIMEO, 200)  # ms: housekeeping (parent alive, status) while idle
         stop = []
         for sig in (signal.SIGTERM, signal.SIGINT):

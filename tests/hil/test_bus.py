@@ -96,9 +96,9 @@ def test_every_kind_round_trips_with_its_header():
 @pytest.mark.parametrize(
     "raw, counter",
     [
-        (_signed(b"\xc1 not a frame"), "dropped_malformed"),  # shorter than the header
-        (_signed(b""), "dropped_malformed"),
-        (_raw(cut=len(_raw()) - 16 - 47), "dropped_malformed"),  # a header one byte short
+        (_signed(b"\xc1 not a frame"), "dropped_size"),  # shorter than the header: not even hashed
+        (_signed(b""), "dropped_size"),
+        (_raw(cut=len(_raw()) - 16 - 47), "dropped_size"),  # a header one byte short
         (_signed(msgpack.packb({"v": 1, "kind": "action", "sid": 5, "seq": 1, "step": 0, "t_s": 1.0,
                                 "wall_ns": 0, "payload": {"a": [1.0, 2.0], "source": "p", "mode": "full",
                                                           "advice": None}})), "dropped_schema"),  # the old format
@@ -214,10 +214,11 @@ def _obs_frame(y=(1.0, 2.0, 3.0), u=(0.0,) * N_IN, q=(0, 0, 0), cut=0, **header)
 @pytest.mark.parametrize("raw, counter", [
     (_obs_frame(), None),
     (_obs_frame(flags=1), None),  # lockstep
-    (_obs_frame(q=(0, 0)), "dropped_malformed"),  # the quality section one byte short
-    (_obs_frame(cut=1), "dropped_malformed"),  # truncated
-    (_obs_frame(y=(1.0, 2.0), q=(0, 0)), "dropped_shape"),  # two outputs, the scenario has three
-    (_obs_frame(u=(0.0,) * (N_IN + 1)), "dropped_shape"),
+    # an observation has one fixed length: anything else is dropped before its tag is hashed
+    (_obs_frame(q=(0, 0)), "dropped_size"),  # the quality section one byte short
+    (_obs_frame(cut=1), "dropped_size"),  # truncated
+    (_obs_frame(y=(1.0, 2.0), q=(0, 0)), "dropped_size"),  # two outputs, the scenario has three
+    (_obs_frame(u=(0.0,) * (N_IN + 1)), "dropped_size"),
     (_obs_frame(flags=2), "dropped_malformed"),  # an unknown flag
     (_obs_frame(y=(1.0, math.inf, 3.0)), "dropped_nonfinite"),  # not finite, quality Good
     (_obs_frame(u=(0.0, math.nan, 0.0, 0.0), q=(2, 2, 2)), "dropped_nonfinite"),  # u has no quality
@@ -350,7 +351,7 @@ def test_garbage_replays_and_old_actions_are_counted_never_applied(rig):
     u = _step(ep, 5)
     np.testing.assert_array_equal(u[[1, 3]], [5.0, 6.0])  # still the last valid action
     c = ep.counters()
-    assert c["action_dropped_auth"] == 1 and c["action_dropped_malformed"] == 1
+    assert c["action_dropped_auth"] == 1 and c["action_dropped_size"] == 1  # signed garbage: too short
     assert c["action_dropped_replay"] == 2
     assert c["action_dropped_too_old"] == 1
     assert c["dropped_future"] == 1
@@ -413,7 +414,7 @@ def test_lockstep_waits_for_the_answer_and_times_out(rig, spin_us):
     _step(ep, 2, lockstep=True)  # nobody answers: bounded wait, counted
     assert time.monotonic() - t0 >= 1.0
     assert ep.counters()["lockstep_timeouts"] == 1
-    assert ep.counters()["action_dropped_malformed"] == 1 and ep.counters()["actions_applied"] == 2
+    assert ep.counters()["action_dropped_size"] == 1 and ep.counters()["actions_applied"] == 2
 
 
 def test_unconnected_peer_is_counted_never_blocks(bus_dir):
@@ -605,3 +606,42 @@ def test_a_second_run_on_the_same_run_dir_is_refused_naming_the_first(tmp_path):
         p.join(30)
     lock_run_dir(d)  # the first run is over: free
     release_run_dir(d)
+
+
+def test_oversized_frames_are_dropped_by_length_before_the_tag_is_checked():
+    """A 1 MB frame (signed or not) is counted dropped_size: the length is the first check,
+    so a flood of big frames costs a len() each, not a hash and a copy."""
+    rx = _rx()
+    big = b"\x00" * (1 << 20)
+    assert rx.decode(big) is None and rx.decode(_signed(big)) is None
+    assert rx.counters["dropped_size"] == 2 and rx.counters["dropped_auth"] == 0
+    assert rx.max_bytes < 1024  # an action frame of two values: a few hundred bytes at most
+    assert _take(rx, _raw()) is not None
+
+
+def test_the_action_socket_refuses_frames_over_the_largest_legal_action(rig):
+    """ZMQ_MAXMSGSIZE at the largest legal action frame: a 64 kB frame drops its sender's
+    connection inside zmq (never queued, never read by the loop); the genuine safety's next
+    action is applied."""
+    from hil.bus import max_frame_bytes
+
+    ep, peers = rig
+    assert ep._action_sock.getsockopt(zmq.MAXMSGSIZE) == max_frame_bytes("action", 0, 0, 2)
+    ctx = zmq.Context()
+    flood = ctx.socket(zmq.PUSH)
+    flood.setsockopt(zmq.LINGER, 0)
+    flood.connect(ep._action_sock.getsockopt_string(zmq.LAST_ENDPOINT))
+    try:
+        for _ in range(3):
+            flood.send(b"\x01" * (64 << 10))
+        time.sleep(0.2)
+        _step(ep, 0)
+        safety = Sender("action", KEY)
+        _send(peers["action"], _action(safety, step=0, a=(7.0, 8.0)), ep)
+        u = _step(ep, 1)
+        np.testing.assert_array_equal(u[[1, 3]], [7.0, 8.0])
+        c = ep.counters()
+        assert c["action_received"] == 1 and c["action_dropped_size"] == 0  # zmq refused the big ones
+    finally:
+        flood.close(0)
+        ctx.term()
