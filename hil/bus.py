@@ -67,12 +67,47 @@ def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: 
         if socket_type in (zmq.PUSH, zmq.PUB, zmq.REQ):
             sock.setsockopt(zmq.IMMEDIATE, 1)
     if bind:
-        if addr.startswith("ipc://"):  # a private directory (0700, ours) or a ConfigError
-            ensure_private_dir(os.path.dirname(os.path.abspath(addr[6:])))
+        owner = None
+        if addr.startswith("ipc://"):  # a private directory (ours; or the policy's, below ours) or a ConfigError
+            owner = ensure_socket_dir(os.path.dirname(os.path.abspath(addr[6:])))
         sock.bind(addr)
+        if addr.startswith("ipc://"):
+            _own_socket_file(addr[6:], owner)
     else:
         sock.connect(addr)
     return sock
+
+
+def ensure_socket_dir(d: str) -> int:
+    """The uid that may connect to sockets bound in directory `d`: this user's for a private run
+    directory (hil.bus_auth.ensure_private_dir), the policy's uid for `<run dir>/policy` (made by
+    hil.confine.prepare_policy_dir; created 0700 and ours if missing). ConfigError otherwise."""
+    from hil.confine import POLICY_SUBDIR, policy_dir_owner
+
+    if os.path.basename(d) == POLICY_SUBDIR:
+        ensure_private_dir(os.path.dirname(d))
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        owner = policy_dir_owner(d)
+        if owner is None:
+            from hil.errors import ConfigError
+
+            raise ConfigError("bus.ipc_dir", f"{d} is not a 0700 directory under a private run directory")
+        return owner
+    ensure_private_dir(d)
+    return os.geteuid()
+
+
+def _own_socket_file(path: str, uid: int | None) -> None:
+    """An ipc socket file just bound: mode 0600, owned by `uid` (who may connect to it)."""
+    try:
+        os.chmod(path, 0o600)
+        if uid is not None and uid != os.geteuid():
+            os.chown(path, uid, -1)
+    except OSError:
+        pass
 
 
 def send_nowait(sock: zmq.Socket, data: bytes) -> bool:
@@ -251,7 +286,15 @@ class LoopBusEndpoint:
         name = scenario.name
         own_key = key is None
         if own_key:
+            from hil.confine import set_non_dumpable
+
+            set_non_dumpable()  # before it holds the secret: no same-uid process reads its memory
             key = create_run_key(section, name)
+        if getattr(scenario, "policy", None) is not None:
+            from hil.bus_auth import run_dir
+            from hil.confine import policy_confinement, prepare_policy_dir
+
+            prepare_policy_dir(ensure_private_dir(run_dir(section, name)), policy_confinement(scenario.policy))
         ep = cls(
             obs_addrs=[section.endpoint("obs_policy", name), section.endpoint("obs_safety", name)],
             action_addr=section.endpoint("action", name),

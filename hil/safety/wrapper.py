@@ -17,7 +17,8 @@ that matters is a line of the JSONL decision log; the status file and the contro
 mode, version, alarms and counters.
 
 Every message is signed and checked with the run's bus secret (hil/bus_auth.py; handed over by
-the loop at spawn in HIL_BUS_KEY, else read from the run directory's key file). On the control
+the loop at spawn over an inherited pipe, else read from the run directory's key file). The
+process makes itself non-dumpable before it reads the secret (hil/confine.py). On the control
 socket, `status` may be asked by anyone who reaches it; promote, demote and rollback are obeyed
 only when signed with the secret (`hil safety ...` reads the key file as the run's user).
 Observations carry per-output quality (hil/bus.py): the quality goes to the core with y.
@@ -345,22 +346,28 @@ class SafetyProcess:
 
 
 def main(argv=None) -> int:
+    from hil.confine import set_non_dumpable
     from hil.errors import ConfigError
-    from hil.safety.launch import load_child_scenario
+    from hil.safety.launch import load_child_scenario, read_bootstrap
 
+    set_non_dumpable()  # first: before the secret is in memory, no same-uid process may read it
     ap = argparse.ArgumentParser(prog="python -m hil.safety.wrapper", description=__doc__.splitlines()[0])
     ap.add_argument("config")
     ap.add_argument("--log", default=None, help="decision log (JSONL); default [safety].decision_log")
     ap.add_argument("--status", default=None, help="status file (JSON); default beside the log")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
-    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
+    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON")
+    ap.add_argument("--bootstrap-fd", type=int, default=None,
+                    help="inherited pipe carrying the scenario and the bus secret (from hil.safety.launch)")
     args = ap.parse_args(argv)
     try:
         from hil.bus_auth import child_key
 
-        scenario = load_child_scenario(args.config, args.scenario_json)
+        boot = read_bootstrap(args.bootstrap_fd)
+        scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
         proc = SafetyProcess(scenario, args.config, args.log, args.status,
-                             key=child_key(scenario.bus, scenario.name) if scenario.bus is not None else None)
+                             key=child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None)
+        boot.clear()
     except (ConfigError, ValueError) as exc:
         print(f"safety: {exc}", file=sys.stderr)
         return 2

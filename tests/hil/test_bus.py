@@ -1,5 +1,6 @@
 """The bus: message encoding, validation and dropping, and the loop's end (LoopBusEndpoint)."""
 
+import json
 import math
 import os
 import struct
@@ -487,7 +488,7 @@ def test_run_dir_refused_when_wider_than_0700_or_owned_by_another_user(tmp_path,
     d = tmp_path / "run"
     assert ensure_private_dir(str(d)) == str(d) and (d.stat().st_mode & 0o777) == 0o700  # created private
     d.chmod(0o755)
-    with pytest.raises(ConfigError, match=r"bus.ipc_dir: .*run has mode 0755, wider than 0700.*chmod 700"):
+    with pytest.raises(ConfigError, match=r"bus.ipc_dir: .*run has mode 0755, wider than 0711.*chmod 700"):
         ensure_private_dir(str(d))
     d.chmod(0o700)
     uid = os.geteuid()
@@ -515,7 +516,7 @@ def test_a_scenario_whose_run_dir_is_world_readable_is_refused_at_load(tmp_path)
     d = tmp_path / "shared"
     d.mkdir(mode=0o777)
     d.chmod(0o777)
-    with pytest.raises(ConfigError, match=rf"bus.ipc_dir: {d} has mode 0777, wider than 0700"):
+    with pytest.raises(ConfigError, match=rf"bus.ipc_dir: {d} has mode 0777, wider than 0711"):
         scenario({"bus": {"ipc_dir": str(d)}})
     d.chmod(0o700)
     assert scenario({"bus": {"ipc_dir": str(d)}}).bus.ipc_dir == str(d)
@@ -549,7 +550,7 @@ def test_policy_and_safety_get_fifo_priority_on_every_thread():
 def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
     """The policy process gets only the obs, proposal and command keys: no tag it can make is
     valid on the action channel (nor can it derive the action key: BLAKE2b is one-way)."""
-    from hil.bus_auth import POLICY_CHANNELS, channel_keys, child_env, child_key
+    from hil.bus_auth import POLICY_CHANNELS, bootstrap_keys, channel_keys, child_env, child_key
 
     policy_keys = channel_keys(KEY, POLICY_CHANNELS)
     with pytest.raises(KeyError, match="no key for the bus channel 'action'"):
@@ -559,17 +560,13 @@ def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
     for channel, ckey in policy_keys.items():
         assert rx.decode(sign(ckey, body)) is None
     assert rx.counters["dropped_auth"] == len(POLICY_CHANNELS)
-    # what a spawned policy finds in its environment: its channel keys, not the secret
-    env = child_env(KEY, base={"HIL_BUS_KEY": "00" * 32, "PATH": "/bin"}, channels=POLICY_CHANNELS)
-    assert "HIL_BUS_KEY" not in env and env["PATH"] == "/bin"
-    old = dict(os.environ)
-    try:
-        os.environ.update(env)
-        got = child_key(BusSection(), "sc")
-        assert got == policy_keys and "HIL_BUS_CHANNEL_KEYS" not in os.environ  # read once, then gone
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    # a spawned child's environment holds no key at all; the policy's bootstrap carries its channel keys only
+    env = child_env(base={"HIL_BUS_KEY": "00" * 32, "HIL_BUS_CHANNEL_KEYS": "x", "PATH": "/bin"})
+    assert env == {"PATH": "/bin"}
+    boot = json.loads(json.dumps(bootstrap_keys(KEY, POLICY_CHANNELS)))
+    assert KEY.hex() not in json.dumps(boot)
+    got = child_key(BusSection(), "sc", boot)
+    assert got == policy_keys
     tx = Sender("proposal", got)
     assert Receiver("proposal", payload_schema("proposal", N_OUT, N_IN, N_ACT), KEY).decode(
         tx.encode(0, 1.0, {"a": [1.0, 2.0], "members": [], "version": "v1", "compute_us": 1.0})) is not None
