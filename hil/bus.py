@@ -24,6 +24,7 @@ from hil.bus_wire import (  # noqa: F401  (the bus's public names)
     KIND_CODES,
     KINDS,
     MAX_MEMBERS,
+    MAX_CONTROL_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_STR,
     QUALITY_BAD,
@@ -34,6 +35,7 @@ from hil.bus_wire import (  # noqa: F401  (the bus's public names)
     Receiver,
     Sender,
     pack_frame,
+    max_frame_bytes,
     pack_str,
     payload_schema,
     vec,
@@ -43,25 +45,69 @@ from hil.bus_wire import (  # noqa: F401  (the bus's public names)
 # ---- sockets ----
 
 
-def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: int = 64) -> zmq.Socket:
-    """A socket that never lingers; a connecting PUSH queues nothing while not connected."""
+DRAIN_CAP = 256  # messages a consumer reads from one socket per wake-up / loop step (the rest wait)
+
+
+def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: int = 64,
+                max_bytes: int | None = None) -> zmq.Socket:
+    """A socket that never lingers; a connecting PUSH queues nothing while not connected.
+    `max_bytes`: the largest message a receiving socket takes (ZMQ_MAXMSGSIZE: a larger one
+    drops its sender's connection before it is buffered); give the largest legal frame of the
+    socket's kind (hil.bus_wire.max_frame_bytes). Receiving sockets default to MAX_MESSAGE_BYTES."""
     sock = ctx.socket(socket_type)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
-    if socket_type in (zmq.PULL, zmq.SUB, zmq.REP):
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)  # a larger message drops its sender
+    if socket_type in (zmq.PULL, zmq.SUB, zmq.REP, zmq.ROUTER, zmq.PUSH, zmq.PUB):
+        # every socket: a PUSH or PUB peer can send nothing we read, but an unbounded frame
+        # would still be buffered by zmq before it is dropped
+        sock.setsockopt(zmq.MAXMSGSIZE, max_bytes or MAX_MESSAGE_BYTES)
     if not bind:
         sock.setsockopt(zmq.RECONNECT_IVL, 20)  # ms; a peer that starts later is found quickly
         if socket_type in (zmq.PUSH, zmq.PUB, zmq.REQ):
             sock.setsockopt(zmq.IMMEDIATE, 1)
     if bind:
-        if addr.startswith("ipc://"):  # a private directory (0700, ours) or a ConfigError
-            ensure_private_dir(os.path.dirname(os.path.abspath(addr[6:])))
+        owner = None
+        if addr.startswith("ipc://"):  # a private directory (ours; or the policy's, below ours) or a ConfigError
+            owner = ensure_socket_dir(os.path.dirname(os.path.abspath(addr[6:])))
         sock.bind(addr)
+        if addr.startswith("ipc://"):
+            _own_socket_file(addr[6:], owner)
     else:
         sock.connect(addr)
     return sock
+
+
+def ensure_socket_dir(d: str) -> int:
+    """The uid that may connect to sockets bound in directory `d`: this user's for a private run
+    directory (hil.bus_auth.ensure_private_dir), the policy's uid for `<run dir>/policy` (made by
+    hil.confine.prepare_policy_dir; created 0700 and ours if missing). ConfigError otherwise."""
+    from hil.confine import POLICY_SUBDIR, policy_dir_owner
+
+    if os.path.basename(d) == POLICY_SUBDIR:
+        ensure_private_dir(os.path.dirname(d))
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        owner = policy_dir_owner(d)
+        if owner is None:
+            from hil.errors import ConfigError
+
+            raise ConfigError("bus.ipc_dir", f"{d} is not a 0700 directory under a private run directory")
+        return owner
+    ensure_private_dir(d)
+    return os.geteuid()
+
+
+def _own_socket_file(path: str, uid: int | None) -> None:
+    """An ipc socket file just bound: mode 0600, owned by `uid` (who may connect to it)."""
+    try:
+        os.chmod(path, 0o600)
+        if uid is not None and uid != os.geteuid():
+            os.chown(path, uid, -1)
+    except OSError:
+        pass
 
 
 def send_nowait(sock: zmq.Socket, data: bytes) -> bool:
@@ -98,8 +144,8 @@ def recv_spin(sock: zmq.Socket, spin_ns: int) -> bytes | None:
                 return None
 
 
-def drain(sock: zmq.Socket, max_messages: int = 10_000, ready: bool = False) -> list[bytes]:
-    """Every message waiting on `sock`, without blocking.
+def drain(sock: zmq.Socket, max_messages: int = DRAIN_CAP, ready: bool = False) -> list[bytes]:
+    """The messages waiting on `sock` (at most max_messages), without blocking.
 
     Between receives it asks the socket's event state (ZMQ_EVENTS), which costs less in Python
     than a non-blocking receive that raises zmq.Again on an empty queue (the usual last call).
@@ -179,7 +225,8 @@ class LoopBusEndpoint:
         self._key_path: str | None = None  # the key file this endpoint created (build), removed by close
         self._ctx = zmq.Context()
         self._obs_socks = [open_socket(self._ctx, zmq.PUSH, a, bind=True, hwm=hwm) for a in obs_addrs]
-        self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm)
+        self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm,
+                                        max_bytes=max_frame_bytes("action", n_outputs, n_inputs, len(action_names)))
         self._poller = zmq.Poller()
         self._poller.register(self._action_sock, zmq.POLLIN)
         self._sender = Sender("obs", key)
@@ -209,6 +256,7 @@ class LoopBusEndpoint:
             "watchdog_trips": 0,
             "lockstep_timeouts": 0,
             "dropped_future": 0,
+            "action_drain_capped_steps": 0,
         }
 
     @classmethod
@@ -238,7 +286,15 @@ class LoopBusEndpoint:
         name = scenario.name
         own_key = key is None
         if own_key:
+            from hil.confine import set_non_dumpable
+
+            set_non_dumpable()  # before it holds the secret: no same-uid process reads its memory
             key = create_run_key(section, name)
+        if getattr(scenario, "policy", None) is not None:
+            from hil.bus_auth import run_dir
+            from hil.confine import policy_confinement, prepare_policy_dir
+
+            prepare_policy_dir(ensure_private_dir(run_dir(section, name)), policy_confinement(scenario.policy))
         ep = cls(
             obs_addrs=[section.endpoint("obs_policy", name), section.endpoint("obs_safety", name)],
             action_addr=section.endpoint("action", name),
@@ -333,6 +389,8 @@ class LoopBusEndpoint:
         dropped here (never published step, too old) cannot lock out later genuine actions."""
         newest = None
         raws = drain(self._action_sock)
+        if len(raws) == DRAIN_CAP:  # a flood: the rest waits for the next step, the step goes on
+            self._c["action_drain_capped_steps"] += 1
         if first is not None:
             raws.insert(0, first)
         for raw in raws:

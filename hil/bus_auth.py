@@ -16,12 +16,15 @@ check the tag (hmac.compare_digest) before anything else: a message without the 
 touches replay state.
 
 The secret: 32 random bytes, created by the loop side (`create_run_key`) as the 0600 file
-`key` in the run directory, a private (0700, owned by this user) directory; the safety process
-gets it at spawn in the environment variable HIL_BUS_KEY (hex; never on a command line, and
-removed from the child's environment once read). The policy process gets only the keys of the
-channels it uses (obs, proposal, command) in HIL_BUS_CHANNEL_KEYS: it cannot derive the action
-key, so only the safety process can produce an action the loop applies. A process started by hand (`hil safety run`) and the operator
-CLI (`hil safety promote|demote|rollback`) read the file, which only the run's user can.
+`key` in the run directory, a private directory (owned by this user; 0700, or 0711 when the
+policy runs under its own uid and must traverse it to reach `policy/`, hil/confine.py). The
+safety process gets it at spawn over an inherited pipe (`--bootstrap-fd`; never in the
+environment, which /proc/<pid>/environ shows for the process's whole life, nor on a command
+line). The policy process gets only the keys of the channels it uses (obs, proposal, command)
+the same way: it cannot derive the action key, so only the safety process can produce an action
+the loop applies; and it is kept from the key file and from the loop's and safety's memory
+(hil/confine.py). A process started by hand and the operator CLI (`hil safety
+promote|demote|rollback`) read the file, which only the run's user can.
 
 The run directory is `[bus].ipc_dir`, by default `<tmp>/hil-<user>-<scenario>`: predictable on
 purpose, so that `hil safety status|promote` find a running scenario's sockets and key by its
@@ -201,42 +204,54 @@ def channel_keys(secret: bytes, channels) -> dict[str, bytes]:
     return {c: channel_key(secret, c) for c in channels}
 
 
-def child_env(secret: bytes, base: dict | None = None, channels=None) -> dict:
-    """The environment of a bus child process: `base` (default os.environ) plus the secret
-    (HIL_BUS_KEY), or only the keys of `channels` (HIL_BUS_CHANNEL_KEYS) if given."""
+def child_env(base: dict | None = None) -> dict:
+    """The environment of a bus child process: `base` (default os.environ) without any bus key
+    (keys go over the bootstrap pipe: an environment block stays readable in /proc/<pid>/environ
+    for the process's whole life)."""
     env = dict(os.environ if base is None else base)
     env.pop(KEY_ENV, None)
     env.pop(CHANNEL_KEYS_ENV, None)
-    if channels is None:
-        env[KEY_ENV] = secret.hex()
-    else:
-        env[CHANNEL_KEYS_ENV] = ";".join(f"{c}={k.hex()}" for c, k in channel_keys(secret, channels).items())
     return env
 
 
-def child_key(bus, scenario_name: str):
-    """In a bus child: the secret (bytes) or the channel keys (dict) handed over at spawn (then
-    removed from the environment), else the running loop's key file (a process the same user
-    started by hand)."""
-    keys = os.environ.pop(CHANNEL_KEYS_ENV, None)
-    if keys:
+def bootstrap_keys(secret: bytes, channels=None) -> dict:
+    """What a child's bootstrap pipe carries for the bus: the whole secret (the safety) or only
+    the keys of `channels` (the policy: POLICY_CHANNELS), hex."""
+    if channels is None:
+        return {"key": secret.hex()}
+    return {"channel_keys": {c: k.hex() for c, k in channel_keys(secret, channels).items()}}
+
+
+def keys_from_bootstrap(boot: dict):
+    """The secret (bytes) or channel keys (dict) a bootstrap message carries; None if neither."""
+    if "channel_keys" in boot:
         try:
-            out = {c: bytes.fromhex(k) for c, k in (item.split("=", 1) for item in keys.split(";"))}
-        except ValueError:
-            raise ConfigError(CHANNEL_KEYS_ENV, "is not a list of channel=hexkey") from None
+            out = {c: bytes.fromhex(k) for c, k in dict(boot["channel_keys"]).items()}
+        except (TypeError, ValueError):
+            raise ConfigError("bootstrap.channel_keys", "is not a map of channel -> hex key") from None
         if not set(out) <= set(CHANNELS) or any(len(k) < 16 for k in out.values()):
-            raise ConfigError(CHANNEL_KEYS_ENV, f"unknown channels or short keys: {sorted(out)}")
-        os.environ.pop(KEY_ENV, None)
+            raise ConfigError("bootstrap.channel_keys", f"unknown channels or short keys: {sorted(out)}")
         return out
-    text = os.environ.pop(KEY_ENV, None)
-    if text:
+    if "key" in boot:
         try:
-            secret = bytes.fromhex(text)
-        except ValueError:
-            raise ConfigError(KEY_ENV, "is not a hex key") from None
-        if len(secret) >= 16:
-            return secret
-        raise ConfigError(KEY_ENV, "holds a key shorter than 16 bytes")
+            secret = bytes.fromhex(boot["key"])
+        except (TypeError, ValueError):
+            raise ConfigError("bootstrap.key", "is not a hex key") from None
+        if len(secret) < 16:
+            raise ConfigError("bootstrap.key", "holds a key shorter than 16 bytes")
+        return secret
+    return None
+
+
+def child_key(bus, scenario_name: str, boot: dict | None = None):
+    """In a bus child: the secret (bytes) or the channel keys (dict) from its bootstrap pipe,
+    else the running loop's key file (a process the same user started by hand)."""
+    os.environ.pop(KEY_ENV, None)
+    os.environ.pop(CHANNEL_KEYS_ENV, None)
+    if boot:
+        keys = keys_from_bootstrap(boot)
+        if keys is not None:
+            return keys
     return read_run_key(bus, scenario_name)
 
 

@@ -9,8 +9,9 @@ Topology (one consumer per endpoint; PUSH/PULL so nothing is lost to a slow join
 
 The loop binds obs_policy, obs_safety and action; the safety process binds proposal, command,
 advice and control; the policy connects. Every endpoint is derived from `transport`
-(`ipc` files in `ipc_dir`, or `tcp://127.0.0.1` ports from `tcp_base_port` on) unless named
-explicitly in `endpoints`.
+(`ipc` files in `ipc_dir`, the policy's three in its sub-directory `ipc_dir/policy/`, see
+hil/confine.py; or `tcp://127.0.0.1` ports from `tcp_base_port` on) unless named explicitly in
+`endpoints`.
 
 Times: `watchdog_s` is simulated seconds (turned into loop steps), the `*_timeout_s` and
 `policy_deadline_s` are wall seconds.
@@ -29,6 +30,7 @@ from pydantic import Field
 from hil.config import StrictModel, outside_bounds
 
 ENDPOINT_NAMES = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control")
+POLICY_ENDPOINTS = ("obs_policy", "proposal", "command")  # what the policy process connects to
 IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
 
 
@@ -96,7 +98,10 @@ class BusSection(StrictModel):
         if name in self.endpoints:
             return self.endpoints[name]
         if self.transport == "ipc":
-            return "ipc://" + os.path.join(self.resolved_ipc_dir(scenario_name), name)
+            d = self.resolved_ipc_dir(scenario_name)
+            if name in POLICY_ENDPOINTS:  # the policy's own sub-directory (hil/confine.py)
+                d = os.path.join(d, "policy")
+            return "ipc://" + os.path.join(d, name)
         return f"tcp://{self.tcp_host}:{self.tcp_base_port + ENDPOINT_NAMES.index(name)}"
 
     def watchdog_steps(self, step_s: float) -> int:
@@ -162,8 +167,8 @@ def run_dir_problem(path: str) -> str | None:
     if st.st_uid != os.geteuid():
         return (f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}): refusing to put "
                 "the bus sockets and key there; remove it or set bus.ipc_dir")
-    if st.st_mode & 0o077:
-        return (f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, wider than 0700: refusing to put the bus "
+    if st.st_mode & 0o066:  # 0711 is fine: traversal only (the confined policy reaches policy/ below)
+        return (f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, wider than 0711: refusing to put the bus "
                 f"sockets and key there; chmod 700 {path} or remove it")
     return None
 

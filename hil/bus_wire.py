@@ -28,7 +28,9 @@ A receiver reads the floats straight out of the frame (struct.unpack_from, np.fr
 copies only what it hands out. A non-finite y is allowed only where q is Bad (a dropout travels
 as Bad, it does not drop the whole observation); receivers hand out y with NaN wherever q is Bad.
 
-`Receiver.decode` drops and counts, never acts on, in this order: a missing or wrong tag
+`Receiver.decode` drops and counts, never acts on, in this order: a length outside the legal
+frame lengths of its kind for the scenario's counts (`dropped_size`, checked before any byte is
+hashed or copied; the socket's ZMQ_MAXMSGSIZE already refuses what is longer), a missing or wrong tag
 (`dropped_auth`, checked before any byte is parsed), a frame shorter than its header
 (`dropped_malformed`), a wrong schema version or kind (`dropped_schema`), bad header values or
 flags (`dropped_malformed`), counts that are not the scenario's (`dropped_shape`), a length
@@ -59,13 +61,15 @@ HEADER = struct.Struct("<BBHHHqqqdq")
 HEADER_BYTES = HEADER.size  # 48
 MAX_MEMBERS = 64  # ensemble members a proposal may carry
 MAX_STR = 256  # bytes of UTF-8
-MAX_MESSAGE_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = 1 << 20  # a ceiling for sockets whose frames are not the bus's (not used by the bus sockets)
+MAX_CONTROL_BYTES = 64 << 10  # an operator request (a small msgpack map + tag)
 FLAG_LOCKSTEP = 1  # obs
 FLAG_ADVICE = 1  # action
 
 QUALITY_GOOD, QUALITY_UNCERTAIN, QUALITY_BAD = 0, 1, 2
 
 DROP_COUNTERS = (
+    "dropped_size",  # longer or shorter than any legal frame of this kind (checked before the tag)
     "dropped_auth",  # no tag, or a tag not made with the run's key for this channel
     "dropped_malformed",  # truncated or overlong frame, bad header values, flags, strings, quality codes
     "dropped_schema",  # wrong schema version or wrong kind for this socket
@@ -95,6 +99,20 @@ def payload_schema(kind: str, n_outputs: int, n_inputs: int, n_actions: int) -> 
         return {"a": ("vec", n_actions), "source": ("str", 0), "mode": ("str", 0), "advice": ("optvec", n_actions)}
     if kind == "command":
         return {"op": ("str", 0), "version": ("str", 0), "reason": ("str", 0)}
+    raise KeyError(f"unknown message kind {kind!r}")
+
+
+def max_frame_bytes(kind: str, n_outputs: int, n_inputs: int, n_actions: int) -> int:
+    """The largest legal frame of `kind` for the scenario's counts, tag included (bytes): what
+    each receiving socket allows (ZMQ_MAXMSGSIZE) and `Receiver.decode` checks before hashing."""
+    if kind == "obs":
+        return HEADER_BYTES + 8 * (n_outputs + n_inputs) + n_outputs + TAG_BYTES
+    if kind == "proposal":
+        return HEADER_BYTES + 8 * (1 + n_actions * (1 + MAX_MEMBERS)) + 2 + MAX_STR + TAG_BYTES
+    if kind == "action":
+        return HEADER_BYTES + 8 * 2 * n_actions + 2 * (2 + MAX_STR) + TAG_BYTES
+    if kind == "command":
+        return HEADER_BYTES + 3 * (2 + MAX_STR) + TAG_BYTES
     raise KeyError(f"unknown message kind {kind!r}")
 
 
@@ -316,6 +334,11 @@ class Receiver:
         else:
             self._n0 = self._n1 = 0
         self._floats: dict[int, struct.Struct] = {}  # count -> struct of that many float64
+        if kind == "obs":  # fixed length: exactly this many bytes
+            self.min_bytes = self.max_bytes = self._obs_end + TAG_BYTES
+        else:
+            self.min_bytes = HEADER_BYTES + TAG_BYTES
+            self.max_bytes = max_frame_bytes(kind, 0, 0, self._n0)
         self._body = {"obs": self._obs, "proposal": self._proposal, "action": self._action,
                       "command": self._command}[kind]
         self.last = (-1, -1)  # (sid, seq) of the last accepted message
@@ -338,6 +361,9 @@ class Receiver:
         end = n - TAG_BYTES
         if end < 0:
             c["dropped_auth"] += 1
+            return None
+        if n > self.max_bytes or n < self.min_bytes:  # before hashing: a flood of big frames costs nothing
+            c["dropped_size"] += 1
             return None
         h = self._hasher.copy()  # the keyed state, computed once
         h.update(raw[:end])

@@ -14,8 +14,9 @@ An observation with Bad quality (hil/bus.py) reaches the policy with NaN in the 
 the same rule applies to what the policy makes of it.
 
 Messages are signed and checked with the run's bus keys (hil/bus_auth.py: the keys of obs,
-proposal and command only, HIL_BUS_CHANNEL_KEYS from the process that started this one, else the
-run directory's key file). The status file
+proposal and command only, from the bootstrap pipe of the process that started this one, else
+the run directory's key file). Started by hil.safety.launch, the process is confined before it
+loads the policy (hil/confine.py: its own uid, Landlock). The status file
 (--status) is rewritten at least every 0.5 s while the process is responsive: its age is the
 heartbeat hil.safety.launch's supervisor watches.
 """
@@ -166,9 +167,11 @@ class PolicyRunner:
     def run(self, parent_pid: int | None = None, status_path: str | None = None) -> None:
         bus, name = self.scenario.bus, self.scenario.name
         ctx = zmq.Context()
-        obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm)
+        obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm,
+                          max_bytes=self.obs_rx.max_bytes)
         out = open_socket(ctx, zmq.PUSH, bus.endpoint("proposal", name), bind=False, hwm=bus.hwm)
-        cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm)
+        cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm,
+                          max_bytes=self.cmd_rx.max_bytes)
         obs.setsockopt(zmq.RCVTIMEO, 200)  # ms: housekeeping (parent alive, status) while idle
         stop = []
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -222,8 +225,10 @@ class PolicyRunner:
                 _write_json(status_path, self.status())
             print("policy: " + json.dumps(self.status()), file=sys.stderr, flush=True)
 
+    confinement: dict | None = None  # what confine_self obtained (main), for the status file
+
     def status(self) -> dict:
-        return {"version": self.version, "counters": {**self.counters, **{f"obs_{k}": v for k, v in
+        return {"version": self.version, "confinement": self.confinement, "counters": {**self.counters, **{f"obs_{k}": v for k, v in
                                                                               self.obs_rx.counters.items()}},
                 "last_error": self.last_error}
 
@@ -241,23 +246,51 @@ def _write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def confine_self(spec: dict | None) -> dict:
+    """Apply the confinement the launcher planned (hil/confine.py) before any policy code runs:
+    Landlock (read all but the run directory, write only the policy's own directory) where the
+    kernel has it. What was obtained, for the status file and the run summary."""
+    out = {"euid": os.geteuid()}
+    if not spec:
+        out["landlock"] = "not requested (started by hand)"
+        return out
+    from hil.landlock import abi_version, restrict_self
+
+    if abi_version() <= 0:
+        out["landlock"] = "not available in this kernel"
+        return out
+    try:
+        out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
+    except (OSError, KeyError) as exc:
+        out["landlock"] = f"refused: {exc}"
+    return out
+
+
 def main(argv=None) -> int:
     from hil.errors import ConfigError
-    from hil.safety.launch import load_child_scenario
+    from hil.safety.launch import load_child_scenario, read_bootstrap
 
     ap = argparse.ArgumentParser(prog="python -m hil.policy.runner", description=__doc__.splitlines()[0])
     ap.add_argument("config")
     ap.add_argument("--version", default=None, help="policy version (default: [policy].version)")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     ap.add_argument("--status", default=None, help="JSON status file, rewritten every 0.5 s")
-    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
+    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON")
+    ap.add_argument("--bootstrap-fd", type=int, default=None,
+                    help="inherited pipe carrying the scenario, the channel keys and the confinement")
     args = ap.parse_args(argv)
     try:
         from hil.bus_auth import child_key
 
-        scenario = load_child_scenario(args.config, args.scenario_json)
-        key = child_key(scenario.bus, scenario.name) if scenario.bus is not None else None
+        boot = read_bootstrap(args.bootstrap_fd)
+        confinement = confine_self(boot.get("confine"))  # before the policy is loaded
+        if boot.get("confine", {}).get("kind") == "landlock" and not confinement["landlock"].startswith("ABI"):
+            print(f"policy: Landlock {confinement['landlock']}: refusing to run unconfined", file=sys.stderr)
+            return 2
+        scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
+        key = child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None
         runner = PolicyRunner(scenario, args.config, args.version, key=key)
+        runner.confinement = confinement
     except (ConfigError, ValueError) as exc:
         print(f"policy: {exc}", file=sys.stderr)
         return 2

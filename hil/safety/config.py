@@ -154,6 +154,8 @@ class PolicySection(StrictModel):
     launch: bool = Field(default=True, description="hil run starts the policy and safety processes")
     restart: RestartSection | None = Field(default=None, description="restart a dead or hung policy process; "
                                            "default: never (the safety's baseline holds)")
+    uid: int = Field(default=65534, ge=1, le=2**31 - 2, description="when hil runs as root: the unprivileged uid "
+                     "(and gid) the policy process runs as, kept out of the run directory (hil/confine.py)")
 
     @model_validator(mode="after")
     def _one_source(self):

@@ -6,10 +6,11 @@
     stop(handles)
 
 Both run as `python -m hil.policy.runner` / `python -m hil.safety.wrapper` children that get the
-validated scenario as JSON (so `--set` overrides reach them) plus the scenario file's path
-(relative policy paths resolve against it), and exit on their own if this process dies. The
-run's bus secret goes to them in their environment, never on the command line: the safety gets
-it whole (HIL_BUS_KEY), the policy only the keys of its channels (HIL_BUS_CHANNEL_KEYS).
+validated scenario plus the scenario file's path (relative policy paths resolve against it),
+and exit on their own if this process dies. The scenario and the run's bus keys reach them over
+an inherited pipe (`spawn`, `--bootstrap-fd`), never in their environment or on the command
+line: the safety gets the secret whole, the policy only the keys of its channels, and runs
+confined (hil/confine.py: under its own uid when hil runs as root, Landlock otherwise).
 
 Supervision (`supervise`, wall time): a policy process that exited is a death, one whose status
 file (its heartbeat, rewritten every 0.5 s) is older than `[policy] restart.hang_s` is hung
@@ -49,6 +50,8 @@ class Handles:
     env: dict = field(default_factory=dict)
     popen_kw: dict = field(default_factory=dict)
     supervisor: "PolicySupervisor | None" = None
+    policy_boot: dict = field(default_factory=dict)  # what a (re)started policy gets on its bootstrap pipe
+    confinement: dict = field(default_factory=dict)  # hil.confine.Confinement of the policy process
     priority: int = 0  # SCHED_FIFO priority of both children in real time (set_priority), 0 = normal
     loop_cpu: int = -1  # the CPU the loop is pinned to (a restarted policy is kept off it), -1 = none
 
@@ -66,30 +69,90 @@ def _plain(v):
     raise TypeError(f"cannot serialize {type(v).__name__}")
 
 
-def load_child_scenario(config: str, scenario_json: str | None):
-    """What a child process runs: the JSON scenario if given, else the TOML file."""
+def load_child_scenario(config: str, scenario_json: str | None, data: dict | None = None):
+    """What a child process runs: the scenario from its bootstrap pipe (`data`), else the JSON
+    file, else the TOML file."""
     from hil.config import load_scenario, parse_scenario
 
+    if data is not None:
+        return parse_scenario(data, source=config)
     if scenario_json:
         return parse_scenario(json.loads(Path(scenario_json).read_text()), source=config)
     return load_scenario(config)
 
 
+def read_bootstrap(fd: int | None) -> dict:
+    """In a child: the bootstrap message its parent wrote to the inherited pipe `fd` (the
+    scenario, the bus keys, the confinement), read whole, the pipe closed. {} without one."""
+    if fd is None:
+        return {}
+    chunks = []
+    with os.fdopen(fd, "rb", closefd=True) as f:
+        while chunk := f.read(1 << 16):
+            chunks.append(chunk)
+    return json.loads(b"".join(chunks).decode())
+
+
+def spawn(cmd: list, boot: dict, **popen_kw) -> subprocess.Popen:
+    """Start `cmd` with `--bootstrap-fd N` and write `boot` (JSON) into that inherited pipe: the
+    way keys reach a child (an environment block stays readable in /proc/<pid>/environ; an
+    argument in /proc/<pid>/cmdline). The write runs in a thread (a scenario can exceed the
+    pipe's buffer before the child reads)."""
+    import threading
+
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(cmd + ["--bootstrap-fd", str(r)], pass_fds=(r,), **popen_kw)
+    except BaseException:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    data = json.dumps(boot, default=_plain).encode()
+
+    def feed():
+        try:
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+        except OSError:  # the child died first: its exit is what the supervisor sees
+            pass
+
+    threading.Thread(target=feed, name="hil-bootstrap", daemon=True).start()
+    return proc
+
+
+def _policy_view(scenario, pdir: str, conf):
+    """The scenario as the policy process gets it: under its own uid, the policy's files are
+    copied into its directory (the operator's own may be private to them)."""
+    from hil.confine import copy_for_policy
+
+    pol = scenario.policy
+    if conf.kind != "uid" or not (pol.directory or pol.onnx):
+        return scenario
+    key = "directory" if pol.directory else "onnx"
+    src = getattr(pol, key)
+    if not os.path.isabs(src):
+        return scenario  # resolved against the scenario file by the child, as before
+    copy = copy_for_policy(src, pdir, conf)
+    return scenario.model_copy(update={"policy": pol.model_copy(update={key: copy})})
+
+
 def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
           policy_version: str | None = None, ready_timeout_s: float = 30.0, key: bytes | None = None) -> Handles:
     """Start the safety and policy processes and wait (up to ready_timeout_s) until both have
-    their sockets open. `log_dir`: where the decision log and the status files go (default:
-    [safety].decision_log). `stderr`: a file for both children's stderr. `key`: the run's bus
-    secret (default: read from the run directory, where the loop's endpoint created it).
+    their sockets open. `log_dir`: where the decision log and the safety's status file go
+    (default: [safety].decision_log). `stderr`: a file for both children's stderr. `key`: the
+    run's bus secret (default: read from the run directory, where the loop's endpoint created it).
+    The policy process is confined (hil/confine.py: its own uid as root, Landlock otherwise);
+    its status file lives in its own directory `<run dir>/policy/`.
     Raises RuntimeError if a child exits or does not come up (after stopping both)."""
-    from hil.bus_auth import POLICY_CHANNELS, child_env, read_run_key
+    from hil.bus_auth import POLICY_CHANNELS, bootstrap_keys, child_env, ensure_private_dir, read_run_key, run_dir
+    from hil.confine import policy_confinement, prepare_policy_dir
     from hil.safety.wrapper import _template
 
     if scenario.policy is None or scenario.safety is None or scenario.bus is None:
         raise ValueError("launching the policy needs [bus], [policy] and [safety] sections")
     workdir = tempfile.mkdtemp(prefix="hil-launch-")
-    sc_json = os.path.join(workdir, "scenario.json")
-    Path(sc_json).write_text(scenario_to_json(scenario))
     if log_dir:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         log = os.path.join(log_dir, "safety-decisions.jsonl")
@@ -99,26 +162,38 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
         status = os.path.join(log_dir, "safety-status.json")
     else:
         status = scenario.safety.status_path or str(Path(log).with_suffix("")) + ".status.json"
-    pol_status = os.path.join(log_dir or workdir, "policy-status.json")
+    conf = policy_confinement(scenario.policy)
+    rdir = ensure_private_dir(run_dir(scenario.bus, scenario.name))
+    pdir = prepare_policy_dir(rdir, conf)
+    pol_status = os.path.join(pdir, "policy-status.json")
     for stale in (status, pol_status):
         if os.path.exists(stale):
             os.remove(stale)
     me = str(os.getpid())
     secret = read_run_key(scenario.bus, scenario.name) if key is None else key
-    env = child_env(secret)  # the safety: every channel (it signs actions, commands, advice)
-    common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True, env=env)
-    safety = subprocess.Popen(
-        [sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml", "--scenario-json", sc_json,
-         "--log", log, "--status", status, "--parent-pid", me], **common)
-    cmd = [sys.executable, "-m", "hil.policy.runner", scenario_path or "scenario.toml", "--scenario-json", sc_json,
+    sc_data = json.loads(scenario_to_json(scenario))
+    common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
+                  env=child_env())
+    # the safety: every channel (it signs actions, commands, advice)
+    safety = spawn([sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml",
+                    "--log", log, "--status", status, "--parent-pid", me],
+                   {"scenario": sc_data, **bootstrap_keys(secret)}, **common)
+    cmd = [sys.executable, "-m", "hil.policy.runner", scenario_path or "scenario.toml",
            "--status", pol_status, "--parent-pid", me]
     if policy_version:
         cmd += ["--version", policy_version]
-    # the policy: only the keys of obs, proposal and command: it cannot sign an action
-    pol_kw = {**common, "env": child_env(secret, channels=POLICY_CHANNELS)}
-    policy = subprocess.Popen(cmd, **pol_kw)
-    handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=pol_kw["env"],
-                      popen_kw=pol_kw)
+    # the policy: only the keys of obs, proposal and command (it cannot sign an action), confined
+    pol_boot = {"scenario": json.loads(scenario_to_json(_policy_view(scenario, pdir, conf))),
+                **bootstrap_keys(secret, POLICY_CHANNELS),
+                "confine": {**conf.as_dict(), "hidden_dir": rdir, "writable_dir": pdir}}
+    pol_env = {**common["env"], "HOME": pdir, "NUMBA_CACHE_DIR": os.path.join(pdir, "numba-cache"),
+               "TMPDIR": pdir}
+    pol_kw = {**common, "env": pol_env, "cwd": pdir}
+    if conf.kind == "uid":
+        pol_kw.update(user=conf.uid, group=conf.gid, extra_groups=[])
+    policy = spawn(cmd, pol_boot, **pol_kw)
+    handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=pol_env,
+                      popen_kw=pol_kw, policy_boot=pol_boot, confinement=conf.as_dict())
     handles.supervisor = PolicySupervisor(handles, scenario.policy.restart)
     if not wait_ready(handles, ready_timeout_s):
         codes = stop(handles)
@@ -301,7 +376,7 @@ class PolicySupervisor:
             pass
         self._spawned_wall, self._spawned, self._killed = time.time(), now, False
         try:
-            self.h.policy = subprocess.Popen(self.h.policy_cmd, **self.h.popen_kw)
+            self.h.policy = spawn(self.h.policy_cmd, self.h.policy_boot, **self.h.popen_kw)
         except OSError as exc:
             self.counters["policy_restart_failures"] += 1
             new.append(self._alarm(now, f"policy restart failed: {exc}"))
@@ -330,7 +405,19 @@ class PolicySupervisor:
         return line
 
     def summary(self) -> dict:
-        return {**self.counters, "state": self._state, "alarms": list(self.alarms), "events": list(self.events)}
+        return {**self.counters, "state": self._state, "alarms": list(self.alarms), "events": list(self.events),
+                "confinement": self.confinement()}
+
+    def confinement(self) -> dict:
+        """What the policy process obtained: the launch's plan plus what the process itself
+        reported (Landlock taken or why not, its uid), from its status file."""
+        out = dict(self.h.confinement)
+        try:
+            reported = json.loads(Path(self.h.policy_status_path).read_text()).get("confinement") or {}
+        except (OSError, ValueError):
+            reported = {}
+        out.update({k: v for k, v in reported.items() if k in ("landlock", "euid", "dumpable")})
+        return out
 
 
 def supervise(handles: Handles | None) -> list[str]:

@@ -4,7 +4,7 @@
 
 Sockets (see hil/bus_config.py): PULL obs_safety (connect), PULL proposal (bind), PUSH action
 (connect), PUSH command (bind; load/rollback orders to the policy), PUB advice (bind; advisory
-mode), REP control (bind; `hil safety status|promote|demote|rollback`).
+mode), ROUTER control (bind; REQ clients, `hil safety status|promote|demote|rollback`).
 
 For each newest observation the process waits for the policy's proposal answering it until a
 deadline ([bus].policy_deadline_s; default half a loop period in real time, half the lockstep
@@ -17,7 +17,8 @@ that matters is a line of the JSONL decision log; the status file and the contro
 mode, version, alarms and counters.
 
 Every message is signed and checked with the run's bus secret (hil/bus_auth.py; handed over by
-the loop at spawn in HIL_BUS_KEY, else read from the run directory's key file). On the control
+the loop at spawn over an inherited pipe, else read from the run directory's key file). The
+process makes itself non-dumpable before it reads the secret (hil/confine.py). On the control
 socket, `status` may be asked by anyone who reaches it; promote, demote and rollback are obeyed
 only when signed with the secret (`hil safety ...` reads the key file as the run's user).
 Observations carry per-output quality (hil/bus.py): the quality goes to the core with y.
@@ -38,9 +39,11 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from hil.bus import (QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
+from hil.bus import (DRAIN_CAP, MAX_CONTROL_BYTES, QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
 from hil.bus_auth import TAG_BYTES, ControlAuth, channel_key, sign
+
+CONTROL_REQUESTS_PER_WAKE = 16  # operator requests answered per wake-up (the rest wait for the next)
 
 
 class DecisionLog:
@@ -123,6 +126,7 @@ class SafetyProcess:
         self._core_q_prepare = "q" in inspect.signature(self.core.prepare).parameters
         self.c = {"actions_sent": 0, "actions_unsent": 0, "obs_unanswered": 0, "deadline_misses": 0,
                   "commands_sent": 0, "control_requests": 0, "control_refused": 0,
+                  "control_malformed": 0, "control_unanswered": 0, "proposal_drain_capped": 0,
                   "obs_bad_quality": 0, "obs_uncertain_quality": 0}
         self.period_s = scenario.loop.period_s
         self._warm_up()
@@ -188,6 +192,33 @@ class SafetyProcess:
         self._write_status()
         return msgpack.packb(out, use_bin_type=True, default=_jsonable)
 
+    def _serve_control(self, sock: zmq.Socket, max_requests: int = CONTROL_REQUESTS_PER_WAKE) -> None:
+        """Answer the control requests waiting on the ROUTER socket, whatever their frames.
+
+        A REQ client's request arrives as [identity, b"", body]; anything else (more or fewer
+        parts, no empty delimiter, a DEALER's bare frames) is counted (control_malformed) and
+        answered with an error when it has an envelope to answer to. The reply is sent without
+        blocking (a client that does not read loses its reply, the socket never stalls). No
+        frame sequence can put this socket in a state where it stops serving (a REP socket
+        raised EFSM after a two-part request and killed the process)."""
+        for _ in range(max_requests):
+            try:
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            if len(parts) == 3 and parts[1] == b"":
+                reply = self._control(parts[2])
+            else:
+                self.c["control_malformed"] += 1
+                if len(parts) < 2:
+                    continue  # no envelope: nobody to answer
+                reply = msgpack.packb({"ok": False, "error": "a control request is one frame (a zmq REQ socket)"},
+                                      use_bin_type=True)
+            try:
+                sock.send_multipart([parts[0], b"", reply], zmq.NOBLOCK)
+            except zmq.ZMQError:  # the client is gone or does not read: its loss
+                self.c["control_unanswered"] += 1
+
     def status(self) -> dict:
         s = self.core.status()
         s["counters"].update(self.c)
@@ -210,12 +241,15 @@ class SafetyProcess:
         ctx = zmq.Context()
         ep = lambda n: bus.endpoint(n, name)  # noqa: E731
         socks = {
-            "obs": open_socket(ctx, zmq.PULL, ep("obs_safety"), bind=False, hwm=bus.hwm),
-            "proposal": open_socket(ctx, zmq.PULL, ep("proposal"), bind=True, hwm=bus.hwm),
+            "obs": open_socket(ctx, zmq.PULL, ep("obs_safety"), bind=False, hwm=bus.hwm,
+                               max_bytes=self.obs_rx.max_bytes),
+            "proposal": open_socket(ctx, zmq.PULL, ep("proposal"), bind=True, hwm=bus.hwm,
+                                    max_bytes=self.prop_rx.max_bytes),
             "action": open_socket(ctx, zmq.PUSH, ep("action"), bind=False, hwm=bus.hwm),
             "command": open_socket(ctx, zmq.PUSH, ep("command"), bind=True, hwm=bus.hwm),
             "advice": open_socket(ctx, zmq.PUB, ep("advice"), bind=True, hwm=bus.hwm),
-            "control": open_socket(ctx, zmq.REP, ep("control"), bind=True, hwm=bus.hwm),
+            "control": open_socket(ctx, zmq.ROUTER, ep("control"), bind=True, hwm=bus.hwm,
+                                   max_bytes=MAX_CONTROL_BYTES),
         }
         poller = zmq.Poller()
         for key in ("obs", "proposal", "control"):
@@ -271,7 +305,10 @@ class SafetyProcess:
                         else:
                             core.prepare(newest.step, newest.t_s, p["y"], p["u"])
                 if prop_sock in events:
-                    for raw in drain(prop_sock, ready=True):
+                    raws = drain(prop_sock, ready=True)
+                    if len(raws) == DRAIN_CAP:  # a flood: the rest waits, observations and deadlines go on
+                        c["proposal_drain_capped"] += 1
+                    for raw in raws:
                         msg = prop_decode(raw)
                         if msg is None:
                             continue
@@ -286,8 +323,7 @@ class SafetyProcess:
                         else:
                             self.prop_rx.count("dropped_too_old")
                 if ctl_sock in events:
-                    for raw in drain(ctl_sock, 1, ready=True):
-                        ctl_sock.send(self._control(raw))
+                    self._serve_control(ctl_sock)
                 now = monotonic()
                 if pending is not None and now >= pending[1]:
                     c["deadline_misses"] += 1
@@ -310,22 +346,28 @@ class SafetyProcess:
 
 
 def main(argv=None) -> int:
+    from hil.confine import set_non_dumpable
     from hil.errors import ConfigError
-    from hil.safety.launch import load_child_scenario
+    from hil.safety.launch import load_child_scenario, read_bootstrap
 
+    set_non_dumpable()  # first: before the secret is in memory, no same-uid process may read it
     ap = argparse.ArgumentParser(prog="python -m hil.safety.wrapper", description=__doc__.splitlines()[0])
     ap.add_argument("config")
     ap.add_argument("--log", default=None, help="decision log (JSONL); default [safety].decision_log")
     ap.add_argument("--status", default=None, help="status file (JSON); default beside the log")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
-    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON (from hil.safety.launch)")
+    ap.add_argument("--scenario-json", default=None, help="validated scenario as JSON")
+    ap.add_argument("--bootstrap-fd", type=int, default=None,
+                    help="inherited pipe carrying the scenario and the bus secret (from hil.safety.launch)")
     args = ap.parse_args(argv)
     try:
         from hil.bus_auth import child_key
 
-        scenario = load_child_scenario(args.config, args.scenario_json)
+        boot = read_bootstrap(args.bootstrap_fd)
+        scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
         proc = SafetyProcess(scenario, args.config, args.log, args.status,
-                             key=child_key(scenario.bus, scenario.name) if scenario.bus is not None else None)
+                             key=child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None)
+        boot.clear()
     except (ConfigError, ValueError) as exc:
         print(f"safety: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
 """The bus: message encoding, validation and dropping, and the loop's end (LoopBusEndpoint)."""
 
+import json
 import math
 import os
 import struct
@@ -96,9 +97,9 @@ def test_every_kind_round_trips_with_its_header():
 @pytest.mark.parametrize(
     "raw, counter",
     [
-        (_signed(b"\xc1 not a frame"), "dropped_malformed"),  # shorter than the header
-        (_signed(b""), "dropped_malformed"),
-        (_raw(cut=len(_raw()) - 16 - 47), "dropped_malformed"),  # a header one byte short
+        (_signed(b"\xc1 not a frame"), "dropped_size"),  # shorter than the header: not even hashed
+        (_signed(b""), "dropped_size"),
+        (_raw(cut=len(_raw()) - 16 - 47), "dropped_size"),  # a header one byte short
         (_signed(msgpack.packb({"v": 1, "kind": "action", "sid": 5, "seq": 1, "step": 0, "t_s": 1.0,
                                 "wall_ns": 0, "payload": {"a": [1.0, 2.0], "source": "p", "mode": "full",
                                                           "advice": None}})), "dropped_schema"),  # the old format
@@ -214,10 +215,11 @@ def _obs_frame(y=(1.0, 2.0, 3.0), u=(0.0,) * N_IN, q=(0, 0, 0), cut=0, **header)
 @pytest.mark.parametrize("raw, counter", [
     (_obs_frame(), None),
     (_obs_frame(flags=1), None),  # lockstep
-    (_obs_frame(q=(0, 0)), "dropped_malformed"),  # the quality section one byte short
-    (_obs_frame(cut=1), "dropped_malformed"),  # truncated
-    (_obs_frame(y=(1.0, 2.0), q=(0, 0)), "dropped_shape"),  # two outputs, the scenario has three
-    (_obs_frame(u=(0.0,) * (N_IN + 1)), "dropped_shape"),
+    # an observation has one fixed length: anything else is dropped before its tag is hashed
+    (_obs_frame(q=(0, 0)), "dropped_size"),  # the quality section one byte short
+    (_obs_frame(cut=1), "dropped_size"),  # truncated
+    (_obs_frame(y=(1.0, 2.0), q=(0, 0)), "dropped_size"),  # two outputs, the scenario has three
+    (_obs_frame(u=(0.0,) * (N_IN + 1)), "dropped_size"),
     (_obs_frame(flags=2), "dropped_malformed"),  # an unknown flag
     (_obs_frame(y=(1.0, math.inf, 3.0)), "dropped_nonfinite"),  # not finite, quality Good
     (_obs_frame(u=(0.0, math.nan, 0.0, 0.0), q=(2, 2, 2)), "dropped_nonfinite"),  # u has no quality
@@ -350,7 +352,7 @@ def test_garbage_replays_and_old_actions_are_counted_never_applied(rig):
     u = _step(ep, 5)
     np.testing.assert_array_equal(u[[1, 3]], [5.0, 6.0])  # still the last valid action
     c = ep.counters()
-    assert c["action_dropped_auth"] == 1 and c["action_dropped_malformed"] == 1
+    assert c["action_dropped_auth"] == 1 and c["action_dropped_size"] == 1  # signed garbage: too short
     assert c["action_dropped_replay"] == 2
     assert c["action_dropped_too_old"] == 1
     assert c["dropped_future"] == 1
@@ -413,7 +415,7 @@ def test_lockstep_waits_for_the_answer_and_times_out(rig, spin_us):
     _step(ep, 2, lockstep=True)  # nobody answers: bounded wait, counted
     assert time.monotonic() - t0 >= 1.0
     assert ep.counters()["lockstep_timeouts"] == 1
-    assert ep.counters()["action_dropped_malformed"] == 1 and ep.counters()["actions_applied"] == 2
+    assert ep.counters()["action_dropped_size"] == 1 and ep.counters()["actions_applied"] == 2
 
 
 def test_unconnected_peer_is_counted_never_blocks(bus_dir):
@@ -486,7 +488,7 @@ def test_run_dir_refused_when_wider_than_0700_or_owned_by_another_user(tmp_path,
     d = tmp_path / "run"
     assert ensure_private_dir(str(d)) == str(d) and (d.stat().st_mode & 0o777) == 0o700  # created private
     d.chmod(0o755)
-    with pytest.raises(ConfigError, match=r"bus.ipc_dir: .*run has mode 0755, wider than 0700.*chmod 700"):
+    with pytest.raises(ConfigError, match=r"bus.ipc_dir: .*run has mode 0755, wider than 0711.*chmod 700"):
         ensure_private_dir(str(d))
     d.chmod(0o700)
     uid = os.geteuid()
@@ -514,7 +516,7 @@ def test_a_scenario_whose_run_dir_is_world_readable_is_refused_at_load(tmp_path)
     d = tmp_path / "shared"
     d.mkdir(mode=0o777)
     d.chmod(0o777)
-    with pytest.raises(ConfigError, match=rf"bus.ipc_dir: {d} has mode 0777, wider than 0700"):
+    with pytest.raises(ConfigError, match=rf"bus.ipc_dir: {d} has mode 0777, wider than 0711"):
         scenario({"bus": {"ipc_dir": str(d)}})
     d.chmod(0o700)
     assert scenario({"bus": {"ipc_dir": str(d)}}).bus.ipc_dir == str(d)
@@ -548,7 +550,7 @@ def test_policy_and_safety_get_fifo_priority_on_every_thread():
 def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
     """The policy process gets only the obs, proposal and command keys: no tag it can make is
     valid on the action channel (nor can it derive the action key: BLAKE2b is one-way)."""
-    from hil.bus_auth import POLICY_CHANNELS, channel_keys, child_env, child_key
+    from hil.bus_auth import POLICY_CHANNELS, bootstrap_keys, channel_keys, child_env, child_key
 
     policy_keys = channel_keys(KEY, POLICY_CHANNELS)
     with pytest.raises(KeyError, match="no key for the bus channel 'action'"):
@@ -558,17 +560,13 @@ def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
     for channel, ckey in policy_keys.items():
         assert rx.decode(sign(ckey, body)) is None
     assert rx.counters["dropped_auth"] == len(POLICY_CHANNELS)
-    # what a spawned policy finds in its environment: its channel keys, not the secret
-    env = child_env(KEY, base={"HIL_BUS_KEY": "00" * 32, "PATH": "/bin"}, channels=POLICY_CHANNELS)
-    assert "HIL_BUS_KEY" not in env and env["PATH"] == "/bin"
-    old = dict(os.environ)
-    try:
-        os.environ.update(env)
-        got = child_key(BusSection(), "sc")
-        assert got == policy_keys and "HIL_BUS_CHANNEL_KEYS" not in os.environ  # read once, then gone
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    # a spawned child's environment holds no key at all; the policy's bootstrap carries its channel keys only
+    env = child_env(base={"HIL_BUS_KEY": "00" * 32, "HIL_BUS_CHANNEL_KEYS": "x", "PATH": "/bin"})
+    assert env == {"PATH": "/bin"}
+    boot = json.loads(json.dumps(bootstrap_keys(KEY, POLICY_CHANNELS)))
+    assert KEY.hex() not in json.dumps(boot)
+    got = child_key(BusSection(), "sc", boot)
+    assert got == policy_keys
     tx = Sender("proposal", got)
     assert Receiver("proposal", payload_schema("proposal", N_OUT, N_IN, N_ACT), KEY).decode(
         tx.encode(0, 1.0, {"a": [1.0, 2.0], "members": [], "version": "v1", "compute_us": 1.0})) is not None
@@ -605,3 +603,42 @@ def test_a_second_run_on_the_same_run_dir_is_refused_naming_the_first(tmp_path):
         p.join(30)
     lock_run_dir(d)  # the first run is over: free
     release_run_dir(d)
+
+
+def test_oversized_frames_are_dropped_by_length_before_the_tag_is_checked():
+    """A 1 MB frame (signed or not) is counted dropped_size: the length is the first check,
+    so a flood of big frames costs a len() each, not a hash and a copy."""
+    rx = _rx()
+    big = b"\x00" * (1 << 20)
+    assert rx.decode(big) is None and rx.decode(_signed(big)) is None
+    assert rx.counters["dropped_size"] == 2 and rx.counters["dropped_auth"] == 0
+    assert rx.max_bytes < 1024  # an action frame of two values: a few hundred bytes at most
+    assert _take(rx, _raw()) is not None
+
+
+def test_the_action_socket_refuses_frames_over_the_largest_legal_action(rig):
+    """ZMQ_MAXMSGSIZE at the largest legal action frame: a 64 kB frame drops its sender's
+    connection inside zmq (never queued, never read by the loop); the genuine safety's next
+    action is applied."""
+    from hil.bus import max_frame_bytes
+
+    ep, peers = rig
+    assert ep._action_sock.getsockopt(zmq.MAXMSGSIZE) == max_frame_bytes("action", 0, 0, 2)
+    ctx = zmq.Context()
+    flood = ctx.socket(zmq.PUSH)
+    flood.setsockopt(zmq.LINGER, 0)
+    flood.connect(ep._action_sock.getsockopt_string(zmq.LAST_ENDPOINT))
+    try:
+        for _ in range(3):
+            flood.send(b"\x01" * (64 << 10))
+        time.sleep(0.2)
+        _step(ep, 0)
+        safety = Sender("action", KEY)
+        _send(peers["action"], _action(safety, step=0, a=(7.0, 8.0)), ep)
+        u = _step(ep, 1)
+        np.testing.assert_array_equal(u[[1, 3]], [7.0, 8.0])
+        c = ep.counters()
+        assert c["action_received"] == 1 and c["action_dropped_size"] == 0  # zmq refused the big ones
+    finally:
+        flood.close(0)
+        ctx.term()

@@ -316,9 +316,8 @@ def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety
         h = rt_holder[0]._policy_handles
         env = {k: v for k, v in (e.split("=", 1) for e in
                open(f"/proc/{h.policy.pid}/environ").read().split("\0") if "=" in e)}
-        assert "HIL_BUS_KEY" not in env  # the policy got only the keys of its channels
-        assert sorted(p.split("=")[0] for p in env["HIL_BUS_CHANNEL_KEYS"].split(";")) == \
-            ["command", "obs", "proposal"]
+        # no key in the policy's environment block (its channel keys came over the bootstrap pipe)
+        assert "HIL_BUS_KEY" not in env and "HIL_BUS_CHANNEL_KEYS" not in env
         marks["policy_env_checked"] = True
         attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, ep["action"], ep["proposal"], ep["control"],
                                      str(report), str(ready)], env=env)
