@@ -111,6 +111,45 @@ class InputWatch:
             self._stale = None
 
 
+class OutputWatches:
+    """The plant's own watches on its true outputs (plants.base.OutputWatch): `y[i] > above`.
+
+    `check(y, step, t_s)` costs one gather and compare per step; Python work happens only when
+    a watch's condition changes. A "warn" watch raises an alarm (inactive again when the
+    condition clears, raised anew when it returns) and adds one run warning per kind; a "fail"
+    watch returns (kind, message, exit_code) so that the loop stops the run."""
+
+    def __init__(self, spec, watches, alarms: Alarms):
+        self.watches = tuple(watches)
+        self.idx = np.array([spec.index("outputs", w.output) for w in self.watches], dtype=np.intp)
+        self.above = np.array([float(w.above) for w in self.watches])
+        self.on = np.zeros(len(self.watches), dtype=np.bool_)
+        self.alarms = alarms
+        self._alarm: dict[int, Alarm] = {}
+        self.warned: list[str] = []
+
+    def check(self, y: np.ndarray, step: int, t_s: float):
+        hit = y[self.idx] > self.above
+        if not (hit != self.on).any():
+            return None
+        stop = None
+        for i in np.flatnonzero(hit != self.on):
+            w, now = self.watches[i], bool(hit[i])
+            self.on[i] = now
+            if not now:
+                if i in self._alarm:
+                    self._alarm[i].active = False
+                continue
+            msg = (w.message or f"{w.output} = {{value}} above {w.above:g}").replace("{value}", f"{y[self.idx[i]]:.6g}")
+            msg += f" at step {step} (t = {t_s:g} s)"
+            self._alarm[i] = self.alarms.raise_(w.kind, w.output, msg, step, t_s)
+            if w.action == "fail":
+                stop = stop or (w.kind, msg, int(w.exit_code))
+            elif w.kind not in {k for k, _ in self.warned}:
+                self.warned.append((w.kind, msg))
+        return stop
+
+
 class StateBounds:
     """States outside [low, high] of the spec, with a slack of 1e-9 of each range (RK4
     rounding around a bound, e.g. a concentration at -1e-15, is not a physical violation)."""

@@ -46,8 +46,8 @@ from hil.clock import LockstepClock, RealtimeClock
 from hil.config import Scenario
 from hil.errors import ConfigError, PlantDiverged
 from hil.gc_control import LoopGc
-from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch,
-                        InputWatch, StateBounds)
+from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch, InputWatch,
+                        OutputWatches, StateBounds)
 from hil.image import ProcessImage
 from hil.calibration.residual import apply_correction
 from hil.loop_kernels import check_state, clip_inputs, take_into
@@ -194,6 +194,7 @@ class Runtime:
         self.x_lo, self.x_hi = spec.lows("states"), spec.highs("states")
         self.alarms = Alarms()
         self.state_bounds = StateBounds(spec, self.alarms)
+        self.output_watches = OutputWatches(spec, module.watches, self.alarms) if module.watches else None
         self.children = ChildWatch(self.alarms)
         self.gc = LoopGc()
         self._reporter: StatusReporter | None = None
@@ -459,6 +460,7 @@ class Runtime:
         status_every = self.scenario.loop.status_interval_s
         next_status = time.monotonic() + status_every
         lockstep, hooks = self.lockstep, self.hooks
+        watches = self.output_watches
         corr = self.correction
         if corr is not None:
             corr_W, corr_lo, corr_sc, corr_idx, corr_incr = corr
@@ -520,6 +522,9 @@ class Runtime:
                     rec.append(row)
                 except RecorderDied:
                     rec = self._recorder_lost(k, t + step_s, summary)
+            if watches is not None and (hit := watches.check(y_true, k + 1, t + step_s)) is not None:
+                summary.steps = k + 1
+                raise RunStopped(hit[0], hit[1], hit[2])  # the plant's own watch, action "fail"
             if n_out:  # states outside their spec bounds (counted per state by check_state)
                 first = self.state_bounds.note(plant.x, k, t + step_s)
                 if fail_out_of_bounds:
@@ -656,6 +661,8 @@ class Runtime:
                 self.warnings.append(f"status callback failed {self._reporter.errors} time(s): "
                                      f"{self._reporter.last_error}")
         summary.alarms = self.alarms.as_list()
+        if self.output_watches is not None:
+            self.warnings += [msg for _, msg in self.output_watches.warned]
         summary.warnings = list(self.warnings)
         if self.bus is not None:
             summary.extra["bus"] = self.bus.counters()

@@ -77,6 +77,27 @@ FORMS = ("ode", "step")
 
 
 @dataclass(frozen=True)
+class OutputWatch:
+    """A condition on one true output that the loop checks after every step: ``y[output] > above``.
+
+    kind: the alarm's kind (stable identifier, e.g. "blackout"); action: "warn" (an alarm, active
+    while the condition holds, and a run warning the first time) or "fail" (the run stops with
+    ``exit_code``); message: text for humans, ``{value}`` is replaced by the output's value.
+    A plant declares its watches from its options (e.g. the grid's ``on_blackout``)."""
+
+    kind: str
+    output: str
+    above: float
+    action: str = "warn"
+    exit_code: int = 1
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.action not in ("warn", "fail"):
+            raise ValueError(f"watch {self.kind}: action {self.action!r} is not 'warn' or 'fail'")
+
+
+@dataclass(frozen=True)
 class PlantModel:
     """A loaded plant: spec, kernels and physics limits (see the module docstring).
 
@@ -104,6 +125,7 @@ class PlantModel:
     run_batch: Callable | None = None
     name: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    watches: tuple = ()  # OutputWatch conditions the loop checks every step
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:

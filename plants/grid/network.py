@@ -32,8 +32,9 @@ from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_inject
                                     slack_generation, split_bus_q)
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
 from plants.grid.params import GridParams
-from plants.grid.step_kernels import (apply_commands, effective_scales, inherit_island_state, island_frequency,
-                                      prepare_voltages, publish, sync_changed, zero_dead)
+from plants.grid.step_kernels import (apply_commands, dead_count, effective_scales, inherit_island_state,
+                                      island_frequency, prepare_voltages, publish, shed_load_mw, sync_changed,
+                                      zero_dead)
 from plants.grid.topology import DEAD, SLACK, bus_roles, flags_from_roles, islands
 from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, fill_ybus
 
@@ -42,6 +43,12 @@ from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, f
 # plant contract's MAX_SUBSTEP for the grid is infinite; the quasi-static model itself (no
 # electromechanical or electromagnetic transients) is meant for steps of ~10 ms and longer.
 MAX_SUBSTEP_S = math.inf
+
+# The step's power-flow outcome (out["pf_status"], worst over the step's solves):
+PF_CONVERGED = 0   # every solve converged from the warm start
+PF_RECOVERED = 1   # a solve failed from the warm start and converged from a flat start / island by island
+PF_COLLAPSED = 2   # an island's solve failed every way and was latched dead (voltage collapse)
+PF_STATUS_NAMES = {PF_CONVERGED: "converged", PF_RECOVERED: "recovered", PF_COLLAPSED: "collapsed"}
 
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
               "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")
@@ -138,6 +145,9 @@ class GridModel:
             "served_load_mw": np.zeros(1), "unserved_load_mw": np.zeros(1), "tripped_this_step": np.zeros(1, dtype=np.int64),
             "cascade_rounds": np.zeros(1, dtype=np.int64), "pf_iterations": np.zeros(1, dtype=np.int64),
             "collapsed_this_step": np.zeros(1, dtype=np.int64),
+            # the solver's own state (see PF_* below): worst outcome this step, last solve's max |F|
+            "pf_status": np.zeros(1, dtype=np.int64), "pf_mismatch_pu": np.zeros(1),
+            "shed_load_mw": np.zeros(1), "served_fraction": np.ones(1), "dead_buses": np.zeros(1, dtype=np.int64),
         }
         self._topology()
         self._old_island[:] = self.state["island"]
@@ -260,8 +270,10 @@ class GridModel:
             status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, p.max_iter)
             status, iters = self._share(status, iters + int(self.ws.stats[0]))
             q_rounds += 1
+        self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
         if status == CONVERGED:
             return iters
+        self.out["pf_status"][0] = max(self.out["pf_status"][0], PF_RECOVERED)
         return iters + self._recover()
 
     def _share(self, status: int, iters: int) -> tuple[int, int]:
@@ -291,6 +303,7 @@ class GridModel:
         self._prepare_voltages(flat=True)
         status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, 2 * p.max_iter)
         iters = int(self.ws.stats[0])
+        self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
         if status == CONVERGED:
             return iters
         self._prepare_voltages(flat=True)
@@ -308,10 +321,12 @@ class GridModel:
                 vm[members] = self._vm0[members]
                 va[members] = self._va0[members]
         if collapsed == 0:
+            self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
             # Every island converged on its own (islands are decoupled, so this is the joint solution);
             # ws.V / ws.I were recomputed over all buses in the last solve.
             return iters
         self.out["collapsed_this_step"][0] += collapsed
+        self.out["pf_status"][0] = PF_COLLAPSED
         self._topology()
         return iters + self._solve()
 
@@ -337,6 +352,7 @@ class GridModel:
         changed = apply_commands(self.cmd_open, self.cmd_close, br, cd)
         self._effective_scales(st["t_s"][0] + dt_s)
         o["collapsed_this_step"][0] = 0
+        o["pf_status"][0] = PF_CONVERGED
         self._q_limited[:] = 0
         self._topology(inherit=changed)
         iters = 0
@@ -385,7 +401,16 @@ class GridModel:
                 st["gen_on"], o["vm_pu"], o["va_deg"], o["island"], o["freq_hz"], o["p_gen_mw"], self._served)
         o["served_load_mw"][0] = self._served[0]
         o["unserved_load_mw"][0] = self._served[1]
+        shed = shed_load_mw(c.pd_mw, self.load_scale, self._prof_load if self.profile is not None else self._ones_n,
+                            self.load_shed)
+        o["shed_load_mw"][0] = shed
+        demand = self._served[0] + self._served[1] + shed
+        o["served_fraction"][0] = self._served[0] / demand if demand > 0 else 1.0
+        o["dead_buses"][0] = dead_count(o["role"])
         o["temp_c"][:] = st["temp_c"]
         o["br_status"][:] = st["br_status"]
-        o["blackout"][0] = 1 if o["n_islands"][0] == 0 else 0
+        # a blackout: no island energized, or less than blackout_served_fraction of the demand
+        # (before any shedding) served (one live bus does not make a grid that is up)
+        o["blackout"][0] = 1 if (o["n_islands"][0] == 0 or o["served_fraction"][0] < self.p.blackout_served_fraction) \
+            else 0
         o["q_limited"][:] = self._q_limited

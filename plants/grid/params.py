@@ -30,6 +30,7 @@ class GridParams:
     max_share_rounds: int = 8
     enforce_q_limits: bool = False    # PV -> PQ at a unit's Qmax/Qmin (MATPOWER ENFORCE_Q_LIMS)
     max_q_rounds: int = 10
+    blackout_served_fraction: float = 0.5  # grid.blackout = 1 below this served share of the demand
 
     def __post_init__(self):
         positive = ("f0_hz", "governor_tg_s", "freq_trip_hz", "soft_limit", "tol_pu", "min_inertia_pu_s",
@@ -44,6 +45,8 @@ class GridParams:
         for name in ("max_iter", "max_cascade_rounds"):
             if not getattr(self, name) >= 1:
                 raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 1")
+        if not 0.0 <= self.blackout_served_fraction <= 1.0:
+            raise ValueError(f"grid.blackout_served_fraction: {self.blackout_served_fraction!r} is not in 0..1")
         if not self.hard_limit >= self.soft_limit:
             raise ValueError(f"grid.hard_limit: {self.hard_limit!r} must be >= soft_limit ({self.soft_limit!r})")
     min_inertia_pu_s: float = 0.01    # floor for an island of inverter-only generation

@@ -58,8 +58,9 @@ from pathlib import Path
 
 import numpy as np
 
-from plants.base import PlantModel
-from plants.grid.case import Case, read_matpower
+from plants.base import OutputWatch, PlantModel
+from plants.grid.case import Case
+from plants.grid.case_files import read_case
 from plants.grid.injections import (bus_generation_q, electrical_generation, island_aggregates,
                                     slack_generation, split_bus_q)
 from plants.grid.network import MAX_SUBSTEP_S, GridModel
@@ -69,13 +70,22 @@ from plants.grid.topology import DEAD
 from plants.spec import Quantity, SpecBuilder, element_names
 
 OPTIONS = {
-    "case": "MATPOWER case file (.m)",
+    "case": "case file: MATPOWER .m or .mat, PYPOWER .py, pandapower .json",
     "ratings": "line ratings: 'base_flow' (margin x base-case flow, default) or 'case' (RATE_A, all > 0)",
     "rating_margin": "base_flow ratings: rating = margin x base-case |S| in MVA (default 1.25)",
     "rating_floor_mva": "base_flow ratings: lowest rating, MVA (default 100)",
     "ratings_csv": "CSV with columns line,rating_mva (1-based branch row) overriding single lines",
     "limit_margin": "safety rows: keep each line's loading under this fraction of its rating (default 0.95)",
+    "blackout_served_fraction": "grid.blackout = 1 when less than this share of the demand is served (default 0.5)",
+    "on_blackout": "'warn' (alarm + warning, default) or 'fail' (the run stops, exit code 5) on grid.blackout",
+    "on_unserved_load": "'warn' (default) or 'fail' (exit code 6) when grid.unserved_mw exceeds unserved_load_mw",
+    "unserved_load_mw": "unserved load (MW, dead buses) that raises the unserved-load alarm (default 0: any)",
+    "on_collapse": "'warn' (default) or 'fail' (exit code 7) when an island is latched dead by voltage collapse",
 }
+# Exit codes of `hil run` for the grid's watches (after hil/health.py's 0..4).
+EXIT_BLACKOUT = 5
+EXIT_UNSERVED_LOAD = 6
+EXIT_COLLAPSE = 7
 FILE_OPTIONS = ("case", "ratings_csv")
 
 # Fault hooks through plant inputs (for the campaign fault library): name -> (input group, value, help).
@@ -110,8 +120,10 @@ def _option_float(options: dict, key: str, default: float, low: float = 0.0) -> 
     return f
 
 
-def line_ratings(case: Case, options: dict) -> np.ndarray:
-    """Ratings in MVA per branch from the options (see the module docstring). Always > 0."""
+def line_ratings(case: Case, options: dict, base: GridModel | None = None) -> np.ndarray:
+    """Ratings in MVA per branch from the options (see the module docstring). Always > 0.
+
+    base: the case's balanced GridModel (its base-case flows), built here when not given."""
     mode = options.get("ratings", "base_flow")
     if mode == "case":
         r = case.rate_a_mva.astype(np.float64).copy()
@@ -123,8 +135,7 @@ def line_ratings(case: Case, options: dict) -> np.ndarray:
     elif mode == "base_flow":
         margin = _option_float(options, "rating_margin", 1.25)
         floor = _option_float(options, "rating_floor_mva", 100.0)
-        base = GridModel(case, GridParams())
-        o = base.out
+        o = (base or GridModel(case, GridParams())).out
         s = np.maximum(np.hypot(o["pf_mw"], o["qf_mvar"]), np.hypot(o["pt_mw"], o["qt_mvar"]))
         r = np.maximum(margin * s, floor)
     else:
@@ -152,9 +163,9 @@ class GridKernels:
 
     Index layout (kernel order) in `lay`: slices of x, z, d, u, p, y per group."""
 
-    def __init__(self, case: Case, params: GridParams, spec_layout: dict, trafo_rows: np.ndarray):
+    def __init__(self, case: Case, model: GridModel, spec_layout: dict, trafo_rows: np.ndarray):
         self.case = case
-        self.model = GridModel(case, params)
+        self.model = model
         self.lay = spec_layout
         self.trafo_rows = trafo_rows
         self._p_seen = None
@@ -300,6 +311,23 @@ class GridKernels:
         y[s + 4] = o["unserved_load_mw"][0]
         y[s + 5] = o["tripped_this_step"][0]
         y[s + 6] = 100.0 * float(o["loading"].max()) if o["loading"].size else 0.0
+        y[s + 7] = o["pf_status"][0]
+        y[s + 8] = o["pf_iterations"][0]
+        y[s + 9] = o["pf_mismatch_pu"][0]
+        y[s + 10] = o["shed_load_mw"][0]
+        y[s + 11] = o["served_fraction"][0]
+        y[s + 12] = o["dead_buses"][0]
+        y[s + 13] = o["collapsed_this_step"][0]
+
+
+def _ratio_bounds(values: np.ndarray) -> tuple[float, float]:
+    """Bounds of a per-unit ratio input (voltage set-point, tap) from the case's own values: the
+    usual regulating range [0.8, 1.2] widened to 10 % beyond the case's extremes (case9241pegase
+    has a tap of 0.79, case13659pegase 1.58), never below 0.1 (a ratio is positive)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    lo, hi = (float(v.min()), float(v.max())) if v.size else (1.0, 1.0)
+    return max(0.1, min(0.8, 0.9 * lo)), max(1.2, 1.1 * hi)
 
 
 def _randomizer(lay: dict, base_rating: np.ndarray):
@@ -327,13 +355,17 @@ def build(options: dict) -> PlantModel:
         raise ValueError("case: a MATPOWER case file is required (e.g. case = \"grids/case118.m\")")
     if not Path(path).is_file():
         raise ValueError(f"case: {path} is not a file")
-    case = read_matpower(path)
-    ratings = line_ratings(case, options)
+    case = read_case(path)
     _option_float(options, "limit_margin", 0.95)
-    case.rate_a_mva = ratings.copy()
-    params = GridParams()
+    watches = _watches(options)
+    params = GridParams(blackout_served_fraction=_option_fraction(options, "blackout_served_fraction", 0.5))
     n, ng, nl = case.n_bus, case.n_gen, case.n_branch
-    base = GridModel(case, params)  # balanced initial state: the nominal values
+    # The one GridModel of this plant (ordering and symbolic LU are its costly part): its balanced
+    # state gives the base-case flows for the ratings and the nominal values, then it steps.
+    base = GridModel(case, params)
+    ratings = line_ratings(case, options, base)
+    case.rate_a_mva = ratings.copy()
+    base._flows()  # loading against the ratings just set
     st, o = base.state, base.out
     bus_ids = [int(i) for i in case.bus_id]
     gen_ids = list(range(1, ng + 1))
@@ -384,8 +416,9 @@ def build(options: dict) -> PlantModel:
     p_hi = np.maximum(case.pmax_mw, p_lo + 1.0)
     arr("inputs", "u.p_set", "gen.p_set", "gen", gen_ids, "p_set", unit="MW",
         nominal=np.clip(base.gen_p_set_mw, p_lo, p_hi), low=p_lo, high=p_hi, description="unit active power setpoint")
-    arr("inputs", "u.v_set", "gen.v_set", "gen", gen_ids, "v_set", unit="pu", nominal=case.vg_pu, low=0.8, high=1.2,
-        description="unit voltage setpoint")
+    v_lo, v_hi = _ratio_bounds(case.vg_pu)
+    arr("inputs", "u.v_set", "gen.v_set", "gen", gen_ids, "v_set", unit="pu", nominal=case.vg_pu, low=v_lo,
+        high=v_hi, description="unit voltage setpoint")
     arr("inputs", "u.on", "gen.on", "gen", gen_ids, "on", unit="1", nominal=case.gen_status.astype(float), low=0.0,
         high=1.0, description="unit in service command (0 trips it)")
     arr("inputs", "u.load_scale", "load.scale", "load", bus_ids, "scale", unit="1", nominal=1.0, low=0.0, high=3.0,
@@ -397,8 +430,9 @@ def build(options: dict) -> PlantModel:
     arr("inputs", "u.close", "line.close_cmd", "line", line_ids, "close_cmd", unit="1", nominal=0.0, low=0.0,
         high=1.0, description="breaker close command (level; waits for the cooldown)")
     if trafo_rows.size:
+        t_lo, t_hi = _ratio_bounds(case.tap[trafo_rows])
         arr("inputs", "u.tap", "trafo.tap", "trafo", [int(r) + 1 for r in trafo_rows], "tap", unit="1",
-            nominal=case.tap[trafo_rows], low=0.8, high=1.2, description="off-nominal turns ratio")
+            nominal=case.tap[trafo_rows], low=t_lo, high=t_hi, description="off-nominal turns ratio")
     else:
         lay["u.tap"] = slice(0, 0)
     # outputs
@@ -430,15 +464,24 @@ def build(options: dict) -> PlantModel:
         nominal=o["temp_c"], low=-60.0, high=400.0, description="conductor temperature")
     arr("outputs", "y.closed", "line.closed", "line", line_ids, "closed", unit="1", nominal=o["br_status"],
         low=0.0, high=1.0, description="breaker status (1 closed)")
-    lay["y.scalars"] = slice(b.start("outputs"), b.start("outputs") + 7)
+    lay["y.scalars"] = slice(b.start("outputs"), b.start("outputs") + 14)
     for name, unit, nom, lo, hi, desc in (
             ("grid.frequency", "Hz", f0, 0.0, 2 * f0, "load-weighted frequency of the energized buses"),
             ("grid.islands", "1", float(o["n_islands"][0]), 0.0, float(n), "energized islands"),
-            ("grid.blackout", "1", 0.0, 0.0, 1.0, "no island energized"),
+            ("grid.blackout", "1", 0.0, 0.0, 1.0,
+             "1 when no island is energized or less than blackout_served_fraction of the demand is served"),
             ("grid.served_mw", "MW", float(o["served_load_mw"][0]), 0.0, 1e6, "load served"),
             ("grid.unserved_mw", "MW", 0.0, 0.0, 1e6, "load not served (dead buses)"),
             ("grid.tripped", "1", 0.0, 0.0, 1e6, "lines tripped by protection in the last step"),
-            ("grid.max_loading", "%", 100.0 * float(o["loading"].max()), 0.0, 1000.0, "highest line loading")):
+            ("grid.max_loading", "%", 100.0 * float(o["loading"].max()), 0.0, 1000.0, "highest line loading"),
+            ("grid.pf_status", "1", 0.0, 0.0, 2.0,
+             "power flow this step: 0 converged, 1 recovered (flat start / per island), 2 island(s) collapsed"),
+            ("grid.pf_iterations", "1", 0.0, 0.0, 1e6, "Newton iterations this step (all solves)"),
+            ("grid.pf_mismatch_pu", "pu", 0.0, 0.0, 1e6, "largest power mismatch left by the last solve"),
+            ("grid.shed_mw", "MW", 0.0, 0.0, 1e6, "load shed on purpose (load.shed)"),
+            ("grid.served_fraction", "1", 1.0, 0.0, 1.0, "served / (served + unserved + shed)"),
+            ("grid.dead_buses", "1", 0.0, 0.0, float(n), "buses without voltage"),
+            ("grid.collapsed", "1", 0.0, 0.0, float(n), "islands latched dead by voltage collapse this step")):
         b.scalar("outputs", Quantity(name, unit, nom, lo, hi, desc))
     # params
     arr("params", "p.rating", "line.rating", "line", line_ids, "rating", unit="MVA", nominal=ratings,
@@ -461,9 +504,47 @@ def build(options: dict) -> PlantModel:
     for name, field_name, unit, lo, hi, desc in _SCALARS:
         b.scalar("params", Quantity(name, unit, float(getattr(params, field_name)), lo, hi, desc))
     spec = b.build(randomize=_randomizer(lay, ratings))
-    kernels = GridKernels(case, GridParams(), lay, trafo_rows)
+    kernels = GridKernels(case, base, lay, trafo_rows)
     return PlantModel(spec=spec, form="step", step=kernels.step, outputs=kernels.outputs,
-                      max_substep=MAX_SUBSTEP_S, default_substeps=1, time_unit_s=1.0)
+                      max_substep=MAX_SUBSTEP_S, default_substeps=1, time_unit_s=1.0, watches=watches)
+
+
+def _option_fraction(options: dict, key: str, default: float) -> float:
+    v = options.get(key, default)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}: {v!r} is not a number") from None
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"{key}: {v!r} is not in 0..1")
+    return f
+
+
+def _action(options: dict, key: str) -> str:
+    v = options.get(key, "warn")
+    if v not in ("warn", "fail"):
+        raise ValueError(f"{key}: {v!r} is not 'warn' or 'fail'")
+    return v
+
+
+def _watches(options: dict) -> tuple:
+    """The loop's watches on the grid's outputs: blackout, unserved load, voltage collapse."""
+    unserved = options.get("unserved_load_mw", 0.0)
+    try:
+        unserved = float(unserved)
+    except (TypeError, ValueError):
+        raise ValueError(f"unserved_load_mw: {unserved!r} is not a number") from None
+    if not (math.isfinite(unserved) and unserved >= 0):
+        raise ValueError(f"unserved_load_mw: {unserved!r} must be a finite number >= 0")
+    return (
+        OutputWatch("blackout", "grid.blackout", 0.5, _action(options, "on_blackout"), EXIT_BLACKOUT,
+                    "grid blackout: less than the blackout_served_fraction of the demand served"),
+        OutputWatch("unserved_load", "grid.unserved_mw", unserved, _action(options, "on_unserved_load"),
+                    EXIT_UNSERVED_LOAD, "unserved load {value} MW (dead buses) above " f"{unserved:g} MW"),
+        OutputWatch("voltage_collapse", "grid.collapsed", 0.5, _action(options, "on_collapse"), EXIT_COLLAPSE,
+                    "{value} island(s) latched dead: the power flow failed from warm and flat starts "
+                    "(voltage collapse)"),
+    )
 
 
 def kernels_of(model: PlantModel) -> GridKernels:

@@ -145,3 +145,26 @@ def sync_changed(src, dst):
             dst[i] = src[i]
             changed = True
     return changed
+
+
+@njit(cache=True, nogil=True)
+def shed_load_mw(pd_mw, load_scale, prof_load, load_shed):
+    """MW of load shed on purpose: sum_i pd_i * max(scale_i, 0) * profile_i * clip(shed_i, 0, 1)
+    (non-finite inputs read as effective_scales reads them: nominal scale, no shed)."""
+    total = 0.0
+    for i in range(pd_mw.shape[0]):
+        shed = load_shed[i] if math.isfinite(load_shed[i]) else 0.0
+        shed = min(max(shed, 0.0), 1.0)
+        scale = load_scale[i] if math.isfinite(load_scale[i]) else 1.0
+        total += pd_mw[i] * max(scale, 0.0) * prof_load[i] * shed
+    return total
+
+
+@njit(cache=True, nogil=True)
+def dead_count(role):
+    """Buses without voltage (role DEAD)."""
+    n = 0
+    for i in range(role.shape[0]):
+        if role[i] == DEAD:
+            n += 1
+    return n

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from plants.grid.case import read_matpower
-from plants.grid.network import GridModel, GridParams
+from plants.grid.network import PF_COLLAPSED, PF_CONVERGED, GridModel, GridParams
 from plants.grid.topology import DEAD, SLACK
 
 from .conftest import GRIDS
@@ -225,6 +225,26 @@ def test_collapse_of_one_island_leaves_the_other_energized():
     model.step(1.0)
     o = model.out
     b8 = c.bus_index(8)
-    assert o["collapsed_this_step"][0] == 1 and o["n_islands"][0] == 1 and o["blackout"][0] == 0
+    assert o["collapsed_this_step"][0] == 1 and o["n_islands"][0] == 1
     assert o["island"][b8] == b8 and o["vm_pu"][b8] > 0.9
     assert (o["island"] == -1).sum() == 13 and np.isfinite(o["pf_mw"]).all()
+    # one energized bus without load is not a grid that is up: no demand served is a blackout,
+    # and the solver's outcome says why (collapse latched, not a converged solve)
+    assert o["served_fraction"][0] == 0.0 and o["blackout"][0] == 1
+    assert o["pf_status"][0] == PF_COLLAPSED and o["dead_buses"][0] == 13
+
+
+def test_blackout_is_a_served_fraction_below_the_threshold_and_shed_load_counts_as_not_served():
+    c = case14()
+    model = GridModel(c, GridParams(blackout_served_fraction=0.5))
+    total = float(c.pd_mw.sum())
+    model.load_shed[:] = 0.4                   # 40 % shed everywhere: 60 % served, not a blackout
+    model.step(1.0)
+    o = model.out
+    assert o["shed_load_mw"][0] == pytest.approx(0.4 * total, rel=1e-12)
+    assert o["served_fraction"][0] == pytest.approx(0.6, rel=1e-12) and o["blackout"][0] == 0
+    assert o["pf_status"][0] == PF_CONVERGED and o["pf_mismatch_pu"][0] < GridParams().tol_pu
+    model.load_shed[:] = 0.55                  # 45 % served: below the threshold
+    model.step(1.0)
+    assert o["served_fraction"][0] == pytest.approx(0.45, rel=1e-12) and o["blackout"][0] == 1
+    assert o["n_islands"][0] == 1 and o["dead_buses"][0] == 0  # energized, yet a blackout by the threshold
