@@ -49,11 +49,11 @@ from hil.gc_control import LoopGc
 from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch,
                         InputWatch, StateBounds)
 from hil.image import ProcessImage
+from hil.loop.plant import load_correction, scenario_plant
 from hil.loop.step import LoopStep
 from hil.loop_kernels import take_into
 from hil.recorder import Recorder, RecorderDied, columns_for
 from hil.status import StatusReporter
-from plants.base import Plant
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
 
@@ -153,20 +153,11 @@ class Runtime:
         self.n_steps = int(round(self.duration_s / self.step_s))
 
         # ---- plant (sub-steps derived from / checked against its MAX_SUBSTEP) ----
-        module = sc.plant.load()  # PlantModel: built once per process from its model file, if any
-        self.time_unit_s = module.time_unit_s
+        self.plant = scenario_plant(sc)
+        self.time_unit_s = self.plant.model.time_unit_s
         self.dt_plant = self.step_s / self.time_unit_s
-        self.plant = Plant(module, sc.plant.substeps, dt=self.dt_plant)
         self.spec = spec = self.plant.spec
-        for name, value in sc.plant.parameters.items():
-            self.plant.p[spec.index("params", name)] = value
-        for name, value in sc.plant.initial_state.items():
-            if spec.has("states", name):
-                self.plant.x[spec.index("states", name)] = value
-            else:  # a discrete state (validated in hil/config.py)
-                self.plant.d[spec.index("discrete", name)] = int(value)
-        self.plant.u[:] = spec.nominal("inputs")
-        self.correction = _load_correction(sc.plant.residual_model, spec)
+        self.correction = load_correction(sc.plant.residual_model, spec)
         self.initial_snapshot = self.plant.snapshot()
 
         # ---- inputs by driver (names -> indices once) ----
@@ -559,15 +550,3 @@ class Runtime:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _load_correction(path, spec):
-    """plant.residual_model: the residual model's arrays, checked against the plant (ConfigError)."""
-    if not path:
-        return None
-    from hil.calibration.residual import ResidualModel
-
-    try:
-        return ResidualModel.load(path, spec).arrays()
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError("plant.residual_model", str(exc)) from None

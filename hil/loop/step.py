@@ -135,7 +135,7 @@ def batch_step(advance, plant_step, outputs_of, plant_outputs, run, K, Tp, X, Z,
     ("step" form) are stepped per row by LoopStep instead (HilVectorEnv)."""
     for i in prange(X.shape[0]):
         if run[i]:
-            status[i] = row_step(advance, plant_step, outputs_of, plant_outputs, K[i], Tp[i], X[i], Z[i], D[i], P[i],
+            status[i] = row_step(advance, plant_step, outputs_of, plant_outputs, K[i], Tp[i:i + 1], X[i], Z[i], D[i], P[i],
                                  Ucmd[i], Uclip[i], Uapp[i], Y[i], Ymeas[i], W[i], aux, Aact[i], Asen[i], counts[i],
                                  u_lo, u_hi, x_lo, x_hi, x_tol, Xout[i], c_W, c_lo, c_scale, c_idx, C_incr[i], Rows[i],
                                  step_s, dt, n_sub, 0, 0.0)
@@ -150,7 +150,7 @@ def batch_step_serial(advance, plant_step, outputs_of, plant_outputs, run, K, Tp
     more than the work on a loaded machine)."""
     for i in range(X.shape[0]):
         if run[i]:
-            status[i] = row_step(advance, plant_step, outputs_of, plant_outputs, K[i], Tp[i], X[i], Z[i], D[i], P[i],
+            status[i] = row_step(advance, plant_step, outputs_of, plant_outputs, K[i], Tp[i:i + 1], X[i], Z[i], D[i], P[i],
                                  Ucmd[i], Uclip[i], Uapp[i], Y[i], Ymeas[i], W[i], aux, Aact[i], Asen[i], counts[i],
                                  u_lo, u_hi, x_lo, x_hi, x_tol, Xout[i], c_W, c_lo, c_scale, c_idx, C_incr[i], Rows[i],
                                  step_s, dt, n_sub, 0, 0.0)
