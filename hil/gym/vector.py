@@ -1,8 +1,9 @@
 """`HilVectorEnv`: N randomized instances of a scenario stepped in one Numba `prange` call.
 
 Every instance runs exactly the single env's step (hil/gym/env.py, itself the lockstep
-loop's): the clip, the actuation gaps, the plant, the sensor gaps, all inside
-hil/gym/kernels.py `batch_step` (no GIL, all cores); features, reward and stops are numpy
+loop's): the loop's compiled step (hil/loop/step.py `row_step`: clip, actuation gaps, plant,
+residual correction, sensor gaps, recording row) over every instance in `batch_step` (no GIL,
+all cores; "step"-form plants: the same row kernel per instance); features, reward and stops are numpy
 over the N rows. Instance i with seed s_i and episode e is bit for bit the single env's
 episode e of seed s_i.
 
