@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 import numba  # noqa: E402
 
 import hil.gym  # noqa: E402
-from hil.gym.kernels import batch_step, batch_step_serial  # noqa: E402  (the kernel alone)
+from hil.loop.step import batch_step, batch_step_serial  # noqa: E402  (the kernel alone)
 
 CONFIG = ROOT / "configs" / "bioreactor_gym.toml"
 
@@ -120,9 +120,11 @@ def main(argv=None) -> int:
         log(f"vector env N = {n}: {vec[str(n)]:,.0f} steps/s")
         if n == 1024:
             m = v.model
-            args_k = (m.plant_step, m.plant_outputs, v.run, v.K, v.Tp, v.X, v.P, v.Ucmd, v.Uclip, v.Uapp, v.Y,
-                      v.Ymeas, v.Aact, v.Asen, v.W, v.counts, v.status, m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol,
-                      m.step_s, m.dt_plant, m.substeps)
+            c = v.corr
+            args_k = (v.advance, m.plant_step, v.outputs_of, m.plant_outputs, v.run, v.K, v.Tp, v.X, v.Z, v.D, v.P,
+                      v.Ucmd, v.Uclip, v.Uapp, v.Y, v.Ymeas, v.W, (), v.Aact, v.Asen, v.counts, v.status, m.u_lo,
+                      m.u_hi, m.x_lo, m.x_hi, m.x_tol, v.Xout, c[0], c[1], c[2], c[3], v.C_incr, v.Rows, m.step_s,
+                      m.dt_plant, m.substeps)
             kernel = best_rate(lambda: batch_step(*args_k), n, calls, rep)
             log(f"batch kernel alone N = 1024: {kernel:,.0f} steps/s")
             # CPU cost per step, independent of how busy the machine is: the serial kernel's

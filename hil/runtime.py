@@ -49,11 +49,11 @@ from hil.gc_control import LoopGc
 from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch, InputWatch,
                         OutputWatches, StateBounds)
 from hil.image import ProcessImage
-from hil.calibration.residual import apply_correction
-from hil.loop_kernels import check_state, clip_inputs, take_into
+from hil.loop.plant import load_correction, scenario_plant
+from hil.loop.step import LoopStep
+from hil.loop_kernels import take_into
 from hil.recorder import Recorder, RecorderDied, columns_for
 from hil.status import StatusReporter
-from plants.base import Plant
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
 
@@ -153,22 +153,12 @@ class Runtime:
         self.n_steps = int(round(self.duration_s / self.step_s))
 
         # ---- plant (sub-steps derived from / checked against its MAX_SUBSTEP) ----
-        module = sc.plant.load()  # PlantModel: built once per process from its model file, if any
-        self.time_unit_s = module.time_unit_s
+        self.plant = scenario_plant(sc)
+        self.time_unit_s = self.plant.model.time_unit_s
         self.dt_plant = self.step_s / self.time_unit_s
-        self.plant = Plant(module, sc.plant.substeps, dt=self.dt_plant)
         self.spec = spec = self.plant.spec
-        for name, value in sc.plant.parameters.items():
-            self.plant.p[spec.index("params", name)] = value
-        for name, value in sc.plant.initial_state.items():
-            if spec.has("states", name):
-                self.plant.x[spec.index("states", name)] = value
-            else:  # a discrete state (validated in hil/config.py)
-                self.plant.d[spec.index("discrete", name)] = int(value)
-        self.plant.u[:] = spec.nominal("inputs")
-        self.correction = _load_correction(sc.plant.residual_model, spec)
+        self.correction = load_correction(sc.plant.residual_model, spec)
         self.initial_snapshot = self.plant.snapshot()
-        self._warm_up()
 
         # ---- inputs by driver (names -> indices once) ----
         n_in, n_out = spec.n_inputs, spec.n_outputs
@@ -186,15 +176,11 @@ class Runtime:
         self.plc_idx = np.array([spec.index("inputs", n) for n, d in drivers.items() if d == "plc"], dtype=np.intp)
         self.u_lo, self.u_hi = spec.lows("inputs"), spec.highs("inputs")
         self.u_image = np.zeros(n_in)
-        self.u_clip = np.zeros(n_in)
         self.plant.u[:] = self.u_cmd
         self.u_app = self.plant.u  # applied inputs are the plant's input array itself
-        self.y_meas = np.zeros(n_out)
-        self.input_counts = np.zeros(2, dtype=np.int64)  # clipped, non-finite (clip_inputs)
         self.x_lo, self.x_hi = spec.lows("states"), spec.highs("states")
         self.alarms = Alarms()
         self.state_bounds = StateBounds(spec, self.alarms)
-        self.output_watches = OutputWatches(spec, module.watches, self.alarms) if module.watches else None
         self.children = ChildWatch(self.alarms)
         self.gc = LoopGc()
         self._reporter: StatusReporter | None = None
@@ -222,6 +208,18 @@ class Runtime:
                 self.gaps = GapPipeline.build(sc.gaps, spec, self.step_s, sc.loop.seed, base_params=self.plant.p.copy())
             self.drawn: dict[str, float] = self.gaps.randomize(self.plant.p, 0) if self.gaps else {}
 
+            # ---- the compiled step (hil/loop/step.py) over this run's arrays ----
+            self.columns = columns_for(spec)
+            self.loop_step = LoopStep(self.plant, self.gaps, self.correction, step_s=self.step_s, seed=sc.loop.seed,
+                                 x_tol=self.state_bounds.tol, x_out=self.state_bounds.steps_out,
+                                 n_columns=len(self.columns))
+            np.copyto(self.loop_step.u_cmd, self.u_cmd)
+            self.u_cmd, self.u_clip, self.y_meas = self.loop_step.u_cmd, self.loop_step.u_clip, self.loop_step.y_meas
+            self.input_counts, self.row = self.loop_step.counts, self.loop_step.row
+            self.loop_step.warm_up()
+            model = self.plant.model
+            self.output_watches = OutputWatches(spec, model.watches, self.alarms) if model.watches else None
+
             # ---- bus (policy / safety) ----
             self.bus = None
             if sc.bus is not None:
@@ -232,8 +230,6 @@ class Runtime:
             # ---- recording ----
             self.record = sc.recording.enabled if record is None else record
             self.record_path = _record_dir(sc, record_path) if self.record else None
-            self.columns = columns_for(spec)
-            self.row = np.zeros(len(self.columns))
             self.decimate = sc.recording.decimate
             self.recorder: Recorder | None = None
 
@@ -250,15 +246,6 @@ class Runtime:
         except BaseException:
             self.close()
             raise
-
-    def _warm_up(self) -> None:
-        """Compile (or load from cache) every kernel before the clock starts."""
-        self.plant.step(self.dt_plant)
-        if self.correction is not None:
-            apply_correction(self.plant.x, self.plant.u, self.dt_plant, *self.correction)
-        self.plant.compute_outputs()
-        self.plant.restore(self.initial_snapshot)
-        self.plant.compute_outputs()
 
     # ---- life cycle ----
     def _start_children(self) -> None:
@@ -435,12 +422,8 @@ class Runtime:
         return summary
 
     def _publish_initial(self) -> None:
-        y = self.plant.compute_outputs()
-        if self.gaps is not None:
-            self.gaps.sense(0.0, y, self.y_meas)
-        else:
-            np.copyto(self.y_meas, y)
-        self.image.publish(self.y_meas, self.u_app, 0, 0.0)
+        self.loop_step.sync_in()
+        self.image.publish(self.loop_step.publish_initial(), self.u_app, 0, 0.0)
 
     def _fail(self, summary: RunSummary, reason: str, message: str, exit_code: int) -> None:
         self.state = summary.state = "failed"
@@ -449,99 +432,10 @@ class Runtime:
         summary.exit_code = exit_code
 
     def _loop(self, summary: RunSummary) -> None:
-        plant, image, clock, gaps, bus, rec = self.plant, self.image, self.clock, self.gaps, self.bus, self.recorder
-        u_cmd, u_image, u_clip, u_app, y_meas = self.u_cmd, self.u_image, self.u_clip, self.u_app, self.y_meas
-        lo, hi, plc_idx, profiles = self.u_lo, self.u_hi, self.plc_idx, self.profiles
-        x_lo, x_hi, x_tol, x_out = self.x_lo, self.x_hi, self.state_bounds.tol, self.state_bounds.steps_out
-        input_counts, input_watch = self.input_counts, self.input_watch
-        fail_out_of_bounds = self.scenario.loop.on_state_out_of_bounds == "fail"
-        row, step_s, dt, decimate = self.row, self.step_s, self.dt_plant, self.decimate
-        self._row_views()
-        status_every = self.scenario.loop.status_interval_s
-        next_status = time.monotonic() + status_every
-        lockstep, hooks = self.lockstep, self.hooks
-        watches = self.output_watches
-        corr = self.correction
-        if corr is not None:
-            corr_W, corr_lo, corr_sc, corr_idx, corr_incr = corr
-        clock.start(0.0 if lockstep else 0.05)
-        k = 0
-        for k in range(self.n_steps):
-            if self._stop:
-                summary.stop_reason = "stop requested"
-                break
-            late_ns = clock.wait()
-            wall_ns = time.monotonic_ns()
-            t = k * step_s
-            if hooks is not None:
-                hooks.pre(k, t)
-            # 1. commanded inputs (a torn read keeps the previous ones; stuck: repair / alarm)
-            if image.read_inputs_into(u_image):
-                take_into(u_cmd, u_image, plc_idx)
-                if input_watch.run:
-                    input_watch.ok(k)
-            elif input_watch.torn(k, t) and image.read_inputs_into(u_image):
-                take_into(u_cmd, u_image, plc_idx)
-            for prof in profiles:
-                prof.apply(t, u_cmd)
-            if bus is not None:
-                bus.before_step(k, t, u_cmd, lockstep)
-            # 2. clip to physical bounds; a non-finite command holds the previous one
-            clip_inputs(u_cmd, lo, hi, u_app, u_clip, input_counts)
-            # 3. actuator gap, plant, sensor gap
-            if gaps is not None:
-                gaps.actuate(t, u_clip, u_app)
-            else:
-                np.copyto(u_app, u_clip)
-            if hooks is not None:
-                hooks.actuate(k, t, u_app)
-            plant.step(dt)  # u_app is plant.u
-            if corr is not None:  # learned residual dynamics (hil/calibration/residual.py)
-                apply_correction(plant.x, u_app, dt, corr_W, corr_lo, corr_sc, corr_idx, corr_incr)
-            n_out = check_state(plant.x, x_lo, x_hi, x_tol, x_out)
-            if n_out < 0:  # NaN/inf in a state
-                if rec is not None:
-                    self._fill_row(k, t + step_s, wall_ns, late_ns)
-                    rec.append(row)
-                summary.steps = k + 1
-                raise PlantDiverged(plant.first_non_finite_state(), k, t + step_s)
-            y_true = plant.compute_outputs()
-            if gaps is not None:
-                gaps.sense(t + step_s, y_true, y_meas)
-            else:
-                np.copyto(y_meas, y_true)
-            if hooks is not None:
-                hooks.sense(k, t + step_s, y_meas)
-            # 4. publish
-            image.publish(y_meas, u_app, k + 1, t + step_s)
-            if bus is not None:
-                bus.after_step(k, t + step_s, y_meas, u_app)
-            if rec is not None and k % decimate == 0:
-                self._fill_row(k, t + step_s, wall_ns, late_ns)
-                try:
-                    rec.append(row)
-                except RecorderDied:
-                    rec = self._recorder_lost(k, t + step_s, summary)
-            if watches is not None and (hit := watches.check(y_true, k + 1, t + step_s)) is not None:
-                summary.steps = k + 1
-                raise RunStopped(hit[0], hit[1], hit[2])  # the plant's own watch, action "fail"
-            if n_out:  # states outside their spec bounds (counted per state by check_state)
-                first = self.state_bounds.note(plant.x, k, t + step_s)
-                if fail_out_of_bounds:
-                    summary.steps = k + 1
-                    raise RunStopped("state out of bounds", first, EXIT_STATE_OUT_OF_BOUNDS)
-            # 5. status tick (wall time): liveness, collection, status snapshot
-            if (now := time.monotonic()) >= next_status:
-                next_status = now + status_every  # after a stall: one tick, not a burst
-                summary.steps = k + 1
-                self._status_tick(k + 1, t + step_s)
-                if rec is not None and self.children.is_dead("recorder"):
-                    rec = self._recorder_lost(k, t + step_s, summary)
-        else:
-            k = self.n_steps
-            summary.steps = k
-            return
-        summary.steps = k
+        """The period, stage by stage (hil/loop/period.py)."""
+        from hil.loop.period import run_period
+
+        run_period(self, summary)
 
     def _status_tick(self, steps: int, t_s: float) -> None:
         """Every `loop.status_interval_s` of wall time, after a step's publish: check the
@@ -580,36 +474,6 @@ class Runtime:
                              EXIT_PROCESS_DIED)
         self.warnings.append(f"recorder died at step {k}: the recording stops there (loop.require_recorder = false)")
         return None
-
-    def _row_views(self) -> None:
-        """Views of the recording row per block, made once (no slicing per step)."""
-        n_in, n_st, n_out = self.spec.n_inputs, self.spec.n_states, self.spec.n_outputs
-        o_cmd = 4
-        o_app, o_x = o_cmd + n_in, o_cmd + 2 * n_in
-        o_y = o_x + n_st
-        o_meas = o_y + n_out
-        o_z = o_meas + n_out
-        o_d = o_z + self.spec.n_algebraic
-        row = self.row
-        self._views = (row[o_cmd:o_app], row[o_app:o_x], row[o_x:o_y], row[o_y:o_meas], row[o_meas:o_z],
-                       row[o_z:o_d], row[o_d:])
-
-    def _fill_row(self, k, t_end, wall_ns, late_ns) -> None:
-        row = self.row
-        row[0] = k
-        row[1] = t_end
-        row[2] = wall_ns
-        row[3] = late_ns * 1e-3
-        cmd, app, x, y, meas, z, d = self._views
-        np.copyto(cmd, self.u_cmd)
-        np.copyto(app, self.u_app)
-        np.copyto(x, self.plant.x)
-        np.copyto(y, self.plant.y)
-        np.copyto(meas, self.y_meas)
-        if z.size:
-            np.copyto(z, self.plant.z)
-        if d.size:
-            np.copyto(d, self.plant.d, casting="unsafe")  # int64 -> float64: exact below 2**53
 
     @property
     def clipped_inputs(self) -> int:
@@ -653,6 +517,8 @@ class Runtime:
         self.state_bounds.status(self.plant.x)
         summary.state_out_of_bounds = self.state_bounds.counts()
         summary.substeps = self.plant.substeps
+        if getattr(self, "stage_times", None) is not None:
+            summary.extra["stage_us"] = self.stage_times.summary_us()
         summary.gc = self.gc.summary()
         if self._reporter is not None:
             self._reporter.close()
@@ -661,8 +527,6 @@ class Runtime:
                 self.warnings.append(f"status callback failed {self._reporter.errors} time(s): "
                                      f"{self._reporter.last_error}")
         summary.alarms = self.alarms.as_list()
-        if self.output_watches is not None:
-            self.warnings += [msg for _, msg in self.output_watches.warned]
         summary.warnings = list(self.warnings)
         if self.bus is not None:
             summary.extra["bus"] = self.bus.counters()
@@ -688,15 +552,3 @@ class Runtime:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _load_correction(path, spec):
-    """plant.residual_model: the residual model's arrays, checked against the plant (ConfigError)."""
-    if not path:
-        return None
-    from hil.calibration.residual import ResidualModel
-
-    try:
-        return ResidualModel.load(path, spec).arrays()
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError("plant.residual_model", str(exc)) from None

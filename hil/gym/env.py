@@ -29,7 +29,8 @@ from gymnasium import spaces
 
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limit_names, limits_violated
-from hil.loop_kernels import clip_inputs
+from hil.loop.step import LoopStep
+from hil.recorder import columns_for
 
 
 class HilEnv(gym.Env):
@@ -49,21 +50,33 @@ class HilEnv(gym.Env):
         self._seed = m.seed
         self._episode = -1
         self.gaps = m.gaps(self._seed)
-        self.t_plant = 0.0
-        self.x = m.x0.copy()
-        self.p = m.p0.copy()
-        self.u_cmd = m.u0.copy()
-        self.u_clip = np.zeros(m.n_u)
-        self.u_app = m.u0.copy()
+        # the loop's compiled step (hil/loop/step.py) over this instance's arrays
+        self.plant = m.new_plant()
+        self.loop = LoopStep(self.plant, self.gaps, m.correction, step_s=m.step_s, x_tol=m.x_tol,
+                             n_columns=len(columns_for(m.spec)))
+        self.x, self.p, self.u_app, self.y = self.plant.x, self.plant.p, self.plant.u, self.plant.y
+        self.u_cmd, self.u_clip, self.y_meas = self.loop.u_cmd, self.loop.u_clip, self.loop.y_meas
+        self.counts = self.loop.counts
         self.u_prev = m.u0.copy()
-        self.y = np.zeros(m.n_y)
-        self.y_meas = np.zeros(m.n_y)
-        self.work = np.zeros((5, m.n_x))
-        self.counts = np.zeros(2, dtype=np.int64)
         self.features = Features(m)
         self.obs = np.zeros(n_f)
         self.k = 0
         self.drawn: dict = {}
+
+    @property
+    def hooks(self):
+        """Per-step hooks as Runtime.hooks (pre, actuate, sense: e.g. a campaign FaultStage over
+        `self.plant`); None: the step runs fused."""
+        return self.loop.hooks
+
+    @hooks.setter
+    def hooks(self, hooks) -> None:
+        self.loop.hooks = hooks
+
+    @property
+    def row(self) -> np.ndarray:
+        """The last step's recording row (hil/recorder.py columns_for; wall_ns and late_us 0)."""
+        return self.loop.row
 
     @property
     def seed_episode(self) -> tuple[int, int]:
@@ -77,16 +90,16 @@ class HilEnv(gym.Env):
             self._seed, self._episode = int(seed), 0
         else:
             self._episode += 1
+        self.plant.restore(m.snapshot0)
         self.drawn = m.begin_episode(self.gaps, self._seed, self._episode, self.p)
-        self.t_plant = 0.0
-        self.x[:] = m.x0
         self.u_cmd[:] = m.u0
         self.u_app[:] = m.u0
         self.k = 0
         self.counts[:] = 0
+        self.loop.x_out[:] = 0
         # the loop's initial publish (hil/runtime.py _publish_initial): sense at t = 0
-        m.plant_outputs(self.x, self.u_app, self.p, self.y)
-        self.gaps.sense(0.0, self.y, self.y_meas)
+        self.loop.sync_in()
+        self.loop.publish_initial()
         self.features = Features(m)
         self.features.build(self.y_meas, self.u_app, self.obs)
         info = {"x": self.x.copy(), "y": self.y.copy(), "u_applied": self.u_app.copy(), "t_s": 0.0,
@@ -96,6 +109,8 @@ class HilEnv(gym.Env):
     def step(self, action):
         m = self.model
         t = self.k * m.step_s
+        if self.hooks is not None:
+            self.hooks.pre(self.k, t)
         for prof in m.profiles:
             v = float(prof.value_at(t))
             if v == v:
@@ -103,14 +118,10 @@ class HilEnv(gym.Env):
         self.u_cmd[m.action_index] = np.asarray(action, dtype=np.float64).reshape(-1)
         self.u_prev[:] = self.u_app
         c0 = int(self.counts[0] + self.counts[1])
-        clip_inputs(self.u_cmd, m.u_lo, m.u_hi, self.u_app, self.u_clip, self.counts)
-        self.gaps.actuate(t, self.u_clip, self.u_app)
-        self.t_plant = m.plant_step(self.t_plant, self.x, self.u_app, self.p, m.dt_plant, m.substeps, self.work)
+        status = self.loop.step(self.k)  # the loop's compiled step: clip .. sensor gaps, the row
         self.k += 1
-        finite = bool(np.isfinite(self.x).all())
+        finite = status >= 0
         out = (self.x < m.x_lo - m.x_tol) | (self.x > m.x_hi + m.x_tol)
-        m.plant_outputs(self.x, self.u_app, self.p, self.y)
-        self.gaps.sense(t + m.step_s, self.y, self.y_meas)
         self.features.build(self.y_meas, self.u_app, self.obs)
         t_end = self.k * m.step_s
         sig = {"x": self.x, "y": self.y, "meas": self.y_meas, "u": self.u_app, "cmd": self.u_clip,

@@ -23,7 +23,8 @@ from hil.errors import ConfigError
 from hil.gaps.pipeline import GapPipeline
 from hil.gym.config import GymSection
 from hil.gym.expr import Expression
-from plants.base import load_plant_module, substeps_for
+from hil.loop.plant import load_correction, scenario_plant
+from plants.base import Plant
 
 
 @dataclass
@@ -46,21 +47,20 @@ class ScenarioModel:
     def __init__(self, scenario):
         sc = self.scenario = scenario
         self.gym: GymSection = sc.gym if sc.gym is not None else GymSection()
-        self.module = module = load_plant_module(sc.plant.model)
-        self.spec = spec = module.SPEC
+        # the plant as hil run builds it (hil/loop/plant.py): overrides, sub-steps, residual model
+        self.plant0 = plant0 = scenario_plant(sc)
+        self.plant_model = module = plant0.model
+        self.spec = spec = plant0.spec
+        self.correction = load_correction(sc.plant.residual_model, spec)
         self.step_s = float(sc.loop.step_s)
-        self.time_unit_s = float(getattr(module, "TIME_UNIT_S", 1.0))
+        self.time_unit_s = float(module.time_unit_s)
         self.dt_plant = self.step_s / self.time_unit_s
-        self.substeps = substeps_for(module, self.dt_plant, sc.plant.substeps)
+        self.substeps = plant0.substeps
         self.plant_step, self.plant_outputs = module.step, module.outputs
         self.n_x, self.n_u, self.n_y = spec.n_states, spec.n_inputs, spec.n_outputs
-        # parameters and initial state after the scenario's overrides (hil/runtime.py)
-        self.p0 = spec.nominal("params")
-        for name, v in sc.plant.parameters.items():
-            self.p0[spec.index("params", name)] = v
-        self.x0 = spec.nominal("states")
-        for name, v in sc.plant.initial_state.items():
-            self.x0[spec.index("states", name)] = v
+        self.snapshot0 = plant0.snapshot()
+        self.p0 = plant0.p.copy()
+        self.x0 = plant0.x.copy()
         # initial commands: nominal, then each input's configured value
         self.u0 = spec.nominal("inputs")
         self.profiles: list[Profile] = []
@@ -107,6 +107,13 @@ class ScenarioModel:
             hi.append(math.inf)
         self.feature_index = np.array(idx, dtype=np.intp)
         self.feature_delta = np.array(delta, dtype=bool)
+
+    def new_plant(self) -> Plant:
+        """A fresh Plant instance in the scenario's initial state (its own arrays and work)."""
+        plant = Plant(self.plant_model, self.scenario.plant.substeps, dt=self.dt_plant)
+        plant.restore(self.snapshot0)
+        plant.u[:] = self.u0
+        return plant
 
     @property
     def seed(self) -> int:

@@ -1,8 +1,9 @@
 """`HilVectorEnv`: N randomized instances of a scenario stepped in one Numba `prange` call.
 
 Every instance runs exactly the single env's step (hil/gym/env.py, itself the lockstep
-loop's): the clip, the actuation gaps, the plant, the sensor gaps, all inside
-hil/gym/kernels.py `batch_step` (no GIL, all cores); features, reward and stops are numpy
+loop's): the loop's compiled step (hil/loop/step.py `row_step`: clip, actuation gaps, plant,
+residual correction, sensor gaps, recording row) over every instance in `batch_step` (no GIL,
+all cores; "step"-form plants: the same row kernel per instance); features, reward and stops are numpy
 over the N rows. Instance i with seed s_i and episode e is bit for bit the single env's
 episode e of seed s_i.
 
@@ -24,9 +25,18 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from hil.gym.kernels import batch_step, batch_step_serial
+from hil.loop.step import (LoopStep, batch_step, batch_step_serial, is_compiled, no_correction, outputs_ode,
+                            plant_adapters)
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
+from hil.recorder import columns_for
+
+
+class _RowGaps:
+    """A row's gap arenas (what LoopStep reads of a GapPipeline)."""
+
+    def __init__(self, act_buf, sense_buf):
+        self._act_buf, self._sense_buf = act_buf, sense_buf
 
 
 PARALLEL_MIN = 16  # instances from which a parallel region pays for its barrier
@@ -64,8 +74,30 @@ class HilVectorEnv(VectorEnv):
         self.Ymeas = np.zeros((N, m.n_y))
         self.Aact = np.repeat(self.template._act_buf[None, :], N, axis=0)
         self.Asen = np.repeat(self.template._sense_buf[None, :], N, axis=0)
-        self.W = np.zeros((N, 5, m.n_x))
+        self.Z = np.repeat(m.snapshot0.z[None, :], N, axis=0)
+        self.D = np.repeat(m.snapshot0.d[None, :], N, axis=0)
         self.counts = np.zeros((N, 2), dtype=np.int64)
+        self.Xout = np.zeros((N, m.n_x), dtype=np.int64)
+        self.Rows = np.zeros((N, len(columns_for(m.spec))))
+        corr = m.correction if m.correction is not None else no_correction(m.spec)
+        self.corr = corr[:4]
+        self.C_incr = np.zeros((N, corr[4].size))
+        self.advance, self.outputs_of = plant_adapters(m.plant_model)
+        # "ode" plants with compiled kernels: every row in one batch call; others ("step" form:
+        # per-instance work arrays, or a Python step) the same row kernel through one LoopStep
+        # per instance over views of the rows
+        self.batched = m.plant_model.form == "ode" and is_compiled(m.plant_step) and is_compiled(m.plant_outputs)
+        self.W = np.zeros((N, 5, m.n_x))
+        self.rows_steps: list[LoopStep] = []
+        if not self.batched:
+            for i in range(N):
+                pl = m.new_plant()
+                pl.x, pl.z, pl.d, pl.p, pl.u, pl.y = self.X[i], self.Z[i], self.D[i], self.P[i], self.Uapp[i], self.Y[i]
+                ls = LoopStep(pl, self.template, m.correction, step_s=m.step_s, x_tol=m.x_tol, x_out=self.Xout[i],
+                              n_columns=self.Rows.shape[1])
+                ls.u_cmd, ls.u_clip, ls.y_meas, ls.counts, ls.row = (self.Ucmd[i], self.Uclip[i], self.Ymeas[i],
+                                                                     self.counts[i], self.Rows[i])
+                self.rows_steps.append(ls)
         self.status = np.zeros(N, dtype=np.int64)
         self.run = np.ones(N, dtype=np.bool_)
         self.features = Features(m, (N,))
@@ -83,22 +115,27 @@ class HilVectorEnv(VectorEnv):
     # ---- episodes ----
     def _reset_rows(self, rows: np.ndarray) -> None:
         m, g = self.model, self.template
-        for i in rows:
-            self.episodes[i] += 1
-            self.drawn[i] = m.begin_episode(g, int(self.seeds[i]), int(self.episodes[i]), self.P[i])
-            m.plant_outputs(self._x0, self._u0, self.P[i], self._y0)
-            g.sense(0.0, self._y0, self._ym0)  # the loop's initial publish
-            self.Aact[i] = g._act_buf
-            self.Asen[i] = g._sense_buf
-            self.Y[i] = self._y0
-            self.Ymeas[i] = self._ym0
         self.X[rows] = m.x0
+        self.Z[rows] = m.snapshot0.z
+        self.D[rows] = m.snapshot0.d
+        self.Xout[rows] = 0
         self.Ucmd[rows] = m.u0
         self.Uapp[rows] = m.u0
         self.Uprev[rows] = m.u0
         self.Tp[rows] = 0.0
         self.K[rows] = 0
         self.counts[rows] = 0
+        for i in rows:
+            self.episodes[i] += 1
+            self.drawn[i] = m.begin_episode(g, int(self.seeds[i]), int(self.episodes[i]), self.P[i])
+            if self.batched:
+                outputs_ode(m.plant_outputs, self.X[i], self.Z[i], self.D[i], self.Uapp[i], self.P[i], self.Y[i], ())
+            else:
+                self.rows_steps[i].plant.compute_outputs()  # into Y[i]
+            g.sense(0.0, self.Y[i], self._ym0)  # the loop's initial publish
+            self.Aact[i] = g._act_buf
+            self.Asen[i] = g._sense_buf
+            self.Ymeas[i] = self._ym0
         self.features.first[rows] = True
 
     def reset(self, *, seed=None, options=None):
@@ -121,6 +158,22 @@ class HilVectorEnv(VectorEnv):
         return self.obs.copy(), info
 
     # ---- step ----
+    def _step_rows(self) -> None:
+        """The loop's compiled step (hil/loop/step.py row_step) on every running instance."""
+        m, c = self.model, self.corr
+        if self.batched:
+            self._kernel(self.advance, m.plant_step, self.outputs_of, m.plant_outputs, self.run, self.K, self.Tp,
+                         self.X, self.Z, self.D, self.P, self.Ucmd, self.Uclip, self.Uapp, self.Y, self.Ymeas, self.W,
+                         (), self.Aact, self.Asen, self.counts, self.status, m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol,
+                         self.Xout, c[0], c[1], c[2], c[3], self.C_incr, self.Rows, m.step_s, m.dt_plant, m.substeps)
+            return
+        for i in np.flatnonzero(self.run):
+            ls = self.rows_steps[i]
+            ls.gaps = _RowGaps(self.Aact[i], self.Asen[i])
+            ls.tp = self.Tp[i:i + 1]
+            self.status[i] = ls.step(int(self.K[i]))
+            self.K[i] += 1
+
     def step(self, actions):
         m = self.model
         a = np.asarray(actions, dtype=np.float64)
@@ -138,9 +191,7 @@ class HilVectorEnv(VectorEnv):
         self.Ucmd[:, m.action_index] = a
         np.copyto(self.Uprev, self.Uapp)
         c0 = self.counts.sum(axis=1)
-        self._kernel(m.plant_step, m.plant_outputs, self.run, self.K, self.Tp, self.X, self.P, self.Ucmd,
-                   self.Uclip, self.Uapp, self.Y, self.Ymeas, self.Aact, self.Asen, self.W, self.counts,
-                   self.status, m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, m.step_s, m.dt_plant, m.substeps)
+        self._step_rows()
         self.features.build(self.Ymeas, self.Uapp, self.obs)
         t_end = self.K * m.step_s
         sig = {"x": self.X, "y": self.Y, "meas": self.Ymeas, "u": self.Uapp, "cmd": self.Uclip,

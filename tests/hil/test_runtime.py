@@ -57,25 +57,48 @@ def test_non_finite_command_holds_the_previous_one(tmp_path):
     assert np.isfinite(df.filter(like="x.").to_numpy()).all()
 
 
-def test_non_finite_state_stops_the_run_and_keeps_the_recording(tmp_path):
-    with _runtime(tmp_path, duration=600.0) as rt:
-        real_step = rt.plant._step
-        calls = {"n": 0}
+@pytest.mark.parametrize("path", ["fused", "staged"])
+def test_non_finite_state_stops_the_run_and_keeps_the_recording(tmp_path, path):
+    """A blow-up at step 99 (as a stiff plant with a bad parameter gives) stops the run with the
+    state named, on the compiled step's fused path and on its staged path (hooks set)."""
+    import dataclasses
 
+    from numba import njit
+
+    with _runtime(tmp_path, duration=600.0) as rt:
+        real_step = rt.plant.model.step
+        i_do = rt.spec.index("states", "dissolved_o2")
+        t_fail = 99.5 * rt.dt_plant  # plant time during step 99
+
+        @njit
         def failing_step(t, x, u, p, dt, n_sub, work):
-            calls["n"] += 1
             t = real_step(t, x, u, p, dt, n_sub, work)
-            if calls["n"] == 100:  # a blow-up, as a stiff plant with a bad parameter gives
-                x[rt.spec.index("states", "dissolved_o2")] = np.inf
+            if t > t_fail:
+                x[i_do] = np.inf
             return t
 
-        rt.plant._step = failing_step
+        rt.plant.model = dataclasses.replace(rt.plant.model, step=failing_step)
+        if path == "staged":
+            rt.hooks = _NoHooks()
         summary = rt.run()
     assert summary.state == "failed" and summary.steps == 100
     assert "dissolved_o2" in summary.error and "step 99" in summary.error
     df = read_recording(tmp_path / "run")
     assert len(df) == 100 and df["step"].iloc[-1] == 99
     assert read_meta(tmp_path / "run")["state"] == "failed"
+
+
+class _NoHooks:
+    """Per-step hooks that change nothing (Runtime.hooks): the step runs its staged path."""
+
+    def pre(self, k, t):
+        pass
+
+    def actuate(self, k, t, u):
+        pass
+
+    def sense(self, k, t_end, y):
+        pass
 
 
 def test_realtime_run_keeps_its_period_and_reports_lateness(tmp_path):
