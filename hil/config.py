@@ -18,7 +18,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -198,6 +198,9 @@ class Scenario(StrictModel):
     inputs: dict[str, InputSection] = Field(default_factory=dict)
     recording: RecordingSection = Field(default_factory=RecordingSection)
     # Subsystem sections (validated by their own modules, see below).
+    # validated by their own models in parse_scenario (hil.numbers rules included)
+    NUMBERS_CHECKED_ELSEWHERE: ClassVar[tuple[str, ...]] = ("modbus", "opcua", "softplc", "gaps", "bus", "safety",
+                                                            "policy", "gym")
     modbus: Any = None
     opcua: Any = None
     softplc: Any = None
@@ -223,6 +226,7 @@ SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
     "policy": ("hil.safety.config", "PolicySection"),
     "gym": ("hil.gym.config", "GymSection"),
 }
+assert set(SUBSYSTEM_SECTIONS) == set(Scenario.NUMBERS_CHECKED_ELSEWHERE)
 
 
 def _format_loc(loc: tuple) -> str:

@@ -5,8 +5,11 @@ Every config model derives from `hil.config.StrictModel` (or uses `NUMBER_CONFIG
 
 - `allow_inf_nan = False`: a float field (also inside lists, tuples and dicts) given NaN or
   +-Inf is refused by pydantic with the exact key path (`safety.projection.box.x[0]`).
-  Defaults are not validated, so a default of `math.inf` ("no limit") still works; a user
-  who wants no limit leaves the key out.
+  The one exception is a field declared with `unlimited(default)`: its default is not finite
+  (+inf "no limit", -inf "no lower limit", NaN "an invalid reading") and it accepts exactly
+  that value when set, so a user may write the default out (`mahalanobis_enter = inf`) and a
+  scenario written back from its model (the bootstrap pipe to the safety and policy, a
+  campaign's resolved scenario) reads again. Any other non-finite value is refused.
 - `check_numbers`, a wrap validator walking every value the user SET (fields and, for models
   that allow extra keys, the extra keys), lists/tuples/dicts included:
   * any number: finite, magnitude at most MAX_ABS, and either 0 or at least MIN_ABS. A value
@@ -15,6 +18,9 @@ Every config model derives from `hil.config.StrictModel` (or uses `NUMBER_CONFIG
   * a duration (a key whose name ends in `_s`, `_ms` or `_us`, the project's unit suffixes;
     `_per_s` is a rate, not a duration): 0 or between MIN_TIME_S and MAX_TIME_S seconds.
   Errors carry the key path of the offending value and the reason.
+  A model names in `NUMBERS_CHECKED_ELSEWHERE` the fields it holds raw but validates with a
+  model of their own (the scenario's subsystem sections: `[gaps]`, `[safety]`, ...), so the
+  rules, and the exceptions of `unlimited` fields, apply there once.
 
 Derived sizes (number of loop steps, ring buffers) are bounded where they are computed, with
 MAX_STEPS and MAX_BUFFER_SAMPLES from here.
@@ -25,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 MAX_ABS = 1e15  # largest magnitude of any configured number (plant or SI units)
@@ -40,6 +46,23 @@ MAX_SCENARIO_BYTES = 16 * 1024 * 1024  # a scenario (or campaign) file
 NUMBER_CONFIG = ConfigDict(allow_inf_nan=False)
 
 _TIME_SUFFIXES = {"_s": 1.0, "_ms": 1e-3, "_us": 1e-6}
+
+
+def unlimited(default: float, **kwargs: Any):
+    """A float field whose non-finite `default` (math.inf, -math.inf or math.nan) may also be
+    set explicitly; every other value follows the rules above. `kwargs` go to pydantic Field."""
+    if math.isfinite(default):
+        raise ValueError("unlimited() is for a non-finite default; use Field for a finite one")
+    return Field(default, allow_inf_nan=True, **kwargs)
+
+
+def _is_default_non_finite(field, value: Any) -> bool:
+    """`value` is the non-finite default of an `unlimited` field (same sign of inf, or NaN)."""
+    d = getattr(field, "default", None)
+    if not isinstance(d, float) or math.isfinite(d) or not isinstance(value, (int, float)):
+        return False
+    v = float(value)
+    return (math.isnan(d) and math.isnan(v)) or v == d
 
 
 def time_unit_s(key: str) -> float | None:
@@ -104,22 +127,29 @@ def _walk(value: Any, loc: tuple, key: str, out: list) -> None:
 def check_numbers(cls, data: Any, handler) -> Any:
     """Body of the models' wrap validator: check every number the user set, then validate.
 
-    The scalar fields are checked before the model's own validators run (a cross-field check
-    such as "duration_s >= step_s" must not be the one to report a step_s of 1e300); values
-    inside containers and extra keys after."""
+    Numbers and flat lists of numbers are checked before the model's own validators run (a
+    cross-field check such as "duration_s >= step_s" must not be the one to report a step_s of
+    1e300, and a union such as `float | list[float]` must not blur the key path); values
+    nested deeper and extra keys after."""
     if isinstance(data, dict):
         fields = cls.model_fields
-        bad = [(( k,), v, reason) for k, v in data.items()
-               if k in fields and isinstance(v, (int, float)) and not isinstance(v, bool)
-               and (reason := _scalar_problem(v, k)) is not None]
+        bad = []
+        for k, v in data.items():
+            if k not in fields or _is_default_non_finite(fields[k], v):
+                continue
+            if _is_number(v) or (isinstance(v, (list, tuple)) and all(_is_number(e) for e in v)):
+                _walk(v, (k,), k, bad)  # a union such as float | list[float] would blur the key path
         if bad:
             raise _error(cls, bad)
     model = handler(data)
     if not isinstance(model, BaseModel):
         return model
     bad = []
+    fields = type(model).model_fields
+    elsewhere = getattr(cls, "NUMBERS_CHECKED_ELSEWHERE", ())
     for name in model.model_fields_set:
-        if name in type(model).model_fields:
+        if name in fields and name not in elsewhere and not _is_default_non_finite(fields[name],
+                                                                                   getattr(model, name)):
             _walk(getattr(model, name), (name,), name, bad)
     for name, value in (model.model_extra or {}).items():
         _walk(value, (name,), name, bad)
@@ -128,10 +158,8 @@ def check_numbers(cls, data: Any, handler) -> Any:
     return model
 
 
-def _scalar_problem(value, key: str) -> str | None:
-    out: list = []
-    _walk(value, (key,), key, out)
-    return out[0][2] if out else None
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _error(cls, bad: list) -> ValidationError:

@@ -527,6 +527,8 @@ class Runtime:
                 self.warnings.append(f"status callback failed {self._reporter.errors} time(s): "
                                      f"{self._reporter.last_error}")
         summary.alarms = self.alarms.as_list()
+        if getattr(self, "output_watches", None) is not None:  # one warning per kind of plant watch that fired ("warn")
+            self.warnings += [msg for _, msg in self.output_watches.warned]
         summary.warnings = list(self.warnings)
         if self.bus is not None:
             summary.extra["bus"] = self.bus.counters()

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hil.errors import ConfigError
-from hil.numbers import NUMBER_CONFIG, check_numbers
+from hil.numbers import NUMBER_CONFIG, check_numbers, unlimited
 
 
 class _Strict(BaseModel):
@@ -89,16 +89,16 @@ class Criterion(_Strict):
                   "paired_final", "paired_detection"]
     signal: str | None = None
     signals: list[str] | None = None
-    low: float = -math.inf
-    high: float = math.inf
+    low: float = unlimited(-math.inf)
+    high: float = unlimited(math.inf)
     envelope: str | None = None
     window: Literal["all", "fault", "after_fault", "after_start"] = "all"
     periods: int | None = Field(None, ge=1, description="fallback_within: loop steps after the fault start")
     expect: bool = True
     setpoint: float | None = None
-    max: float = math.inf
-    min: float = -math.inf
-    max_s: float = math.inf
+    max: float = unlimited(math.inf)
+    min: float = unlimited(-math.inf)
+    max_s: float = unlimited(math.inf)
     scenarios: list[str] | None = None
     faults: list[str] | None = None
     # safety_envelope: which recorded values, which parts of the scenario's [safety.projection]
@@ -106,11 +106,11 @@ class Criterion(_Strict):
     checks: list[Literal["box", "rate", "linear"]] = Field(default_factory=lambda: ["box", "rate", "linear"])
     tolerance: float = Field(1e-6, ge=0, description="safety_envelope: slack, fraction of each input's span")
     # paired criteria (hil/campaign/paired.py): the faulted run against its no-fault twin
-    max_ratio: float = Field(math.inf, gt=0, description="paired_iae: IAE(faulted) / max(IAE(baseline), floor)")
+    max_ratio: float = unlimited(math.inf, gt=0, description="paired_iae: IAE(faulted) / max(IAE(baseline), floor)")
     floor: float = Field(0.0, ge=0, description="paired_iae: smallest baseline IAE divided by (signal unit x s)")
-    max_extra_s: float = Field(math.inf, ge=0, description="paired_time_outside: extra s outside [low, high]")
-    max_rel: float = Field(math.inf, ge=0, description="paired_final: |final - baseline final| / |baseline final|")
-    max_abs: float = Field(math.inf, ge=0, description="paired_final: |final - baseline final| (signal unit)")
+    max_extra_s: float = unlimited(math.inf, ge=0, description="paired_time_outside: extra s outside [low, high]")
+    max_rel: float = unlimited(math.inf, ge=0, description="paired_final: |final - baseline final| / |baseline final|")
+    max_abs: float = unlimited(math.inf, ge=0, description="paired_final: |final - baseline final| (signal unit)")
 
 
 PAIRED_KINDS = ("paired_iae", "paired_time_outside", "paired_final", "paired_detection")

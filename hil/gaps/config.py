@@ -84,6 +84,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from hil.config import StrictModel, resolve_path_field
+from hil.numbers import unlimited
 
 SECONDS_PER_DAY = 86400.0
 MAX_RING_SLOTS = 1 << 20
@@ -110,7 +111,7 @@ class SensorGap(StrictModel):
     dropout_rate_per_s: float = Field(0.0, ge=0)
     dropout_duration_s: float = Field(0.0, ge=0)
     dropout_mode: Literal["hold", "stuck", "bad"] = "hold"
-    dropout_value: float = math.nan
+    dropout_value: float = unlimited(math.nan, description="stuck / bad value; default NaN (an invalid reading)")
 
 
 class ActuatorGap(StrictModel):

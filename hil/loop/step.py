@@ -39,26 +39,33 @@ from hil.gaps.pipeline import GapPipeline, _actuate, _sense
 from hil.loop_kernels import check_state, clip_inputs
 
 # ---- plant-contract adapters (plants/base.py: "ode" and "step" forms) ----
+#
+# The kernels that take a plant's kernels as arguments (these adapters, row_step, batch_step)
+# are not cached on disk: Numba cannot pickle a dispatcher-typed signature into its cache
+# index (numba/numba#2956: ReferenceError from the dispatcher's weakref when the index is
+# saved) and a dispatcher's type changes every process, so such a cache would never hit.
+# They compile once per process and plant (LoopStep.warm_up, before the clock starts); the
+# stages and the plants' own kernels they call stay cached.
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def advance_ode(step, t, x, z, d, u, p, dt, n_sub, W, aux):
     """"ode" form: step(t, x, u, p, dt, n_sub, work) -> t + dt (plant time unit)."""
     return step(t, x, u, p, dt, n_sub, W)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def advance_hybrid(step, t, x, z, d, u, p, dt, n_sub, W, aux):
     """"step" form: step(t, x, z, d, u, p, dt, n_sub, *aux) -> t + dt (plant time unit)."""
     return step(t, x, z, d, u, p, dt, n_sub, *aux)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def outputs_ode(outputs, x, z, d, u, p, y, aux):
     outputs(x, u, p, y)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def outputs_hybrid(outputs, x, z, d, u, p, y, aux):
     outputs(x, z, d, u, p, y, *aux)
 
@@ -107,7 +114,7 @@ def record_stage(row, k, t_end, wall_ns, late_us, u_cmd, u_app, x, y, y_meas, z,
         row[o + i] = d[i]
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def row_step(advance, plant_step, outputs_of, plant_outputs, k, tp, x, z, d, p, u_cmd, u_clip, u_app, y, y_meas,
              W, aux, act_buf, sense_buf, counts, u_lo, u_hi, x_lo, x_hi, x_tol, x_out,
              c_W, c_lo, c_scale, c_idx, c_incr, row, step_s, dt, n_sub, wall_ns, late_us):
@@ -126,7 +133,7 @@ def row_step(advance, plant_step, outputs_of, plant_outputs, k, tp, x, z, d, p, 
     return status
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(nogil=True, parallel=True)
 def batch_step(advance, plant_step, outputs_of, plant_outputs, run, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Y, Ymeas,
                W, aux, Aact, Asen, counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, Xout,
                c_W, c_lo, c_scale, c_idx, C_incr, Rows, step_s, dt, n_sub):
@@ -142,7 +149,7 @@ def batch_step(advance, plant_step, outputs_of, plant_outputs, run, K, Tp, X, Z,
             K[i] += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def batch_step_serial(advance, plant_step, outputs_of, plant_outputs, run, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Y,
                       Ymeas, W, aux, Aact, Asen, counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, Xout,
                       c_W, c_lo, c_scale, c_idx, C_incr, Rows, step_s, dt, n_sub):

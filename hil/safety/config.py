@@ -110,6 +110,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from hil.numbers import unlimited
 from hil.config import StrictModel, outside_bounds, resolve_path  # noqa: F401  (resolve_path re-exported)
 
 MODES = ("shadow", "advisory", "limited", "full")
@@ -218,10 +219,10 @@ class ConfidenceSection(StrictModel):
     disagreement: bool = Field(default=True, description="ensemble disagreement check on (fails closed)")
     consistency: bool = Field(default=True, description="proposal inside the members' hull (fails closed)")
     consistency_tolerance: float = Field(default=0.01, ge=0, description="fraction of each input's scale")
-    mahalanobis_enter: float = Field(default=math.inf, gt=0)
-    mahalanobis_exit: float = Field(default=math.inf, gt=0)
-    disagreement_enter: float = Field(default=math.inf, gt=0)
-    disagreement_exit: float = Field(default=math.inf, gt=0)
+    mahalanobis_enter: float = unlimited(math.inf, gt=0)
+    mahalanobis_exit: float = unlimited(math.inf, gt=0)
+    disagreement_enter: float = unlimited(math.inf, gt=0)
+    disagreement_exit: float = unlimited(math.inf, gt=0)
     scale: dict[str, float] = Field(default_factory=dict)
     min_dwell_s: float = Field(default=0.0, ge=0)
 

@@ -164,6 +164,10 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
         status = scenario.safety.status_path or str(Path(log).with_suffix("")) + ".status.json"
     conf = policy_confinement(scenario.policy)
     rdir = ensure_private_dir(run_dir(scenario.bus, scenario.name))
+    if scenario.bus.transport == "ipc" and not scenario.bus.ipc_dir:
+        # the children get the run directory itself: a default one is derived from the temporary
+        # directory, and the policy's TMPDIR is its own directory (below)
+        scenario = scenario.model_copy(update={"bus": scenario.bus.model_copy(update={"ipc_dir": rdir})})
     pdir = prepare_policy_dir(rdir, conf)
     pol_status = os.path.join(pdir, "policy-status.json")
     for stale in (status, pol_status):

@@ -63,11 +63,22 @@ def test_the_sweep_covers_every_shipped_scenario():
     assert stems == {f.stem for f in SCENARIOS} and len(CASES) > 100
 
 
+# keys declared with hil.numbers.unlimited(math.inf): +inf is their documented "check disabled"
+UNLIMITED_INF = {f"safety.confidence.{k}" for k in ("mahalanobis_enter", "mahalanobis_exit", "disagreement_enter",
+                                                     "disagreement_exit")}
+
+
 @pytest.mark.parametrize("file, path", CASES)
 def test_every_numeric_key_refuses_nan_inf_huge_tiny(file, path):
     data = tomllib.loads(file.read_text())
     key = dotted(path)
     for label, bad in BAD_VALUES.items():
+        if label == "inf" and key in UNLIMITED_INF:  # accepted, unless an exit level passes its enter level
+            try:
+                parse_scenario(substituted(data, path, bad), source=str(file), base_dir=file.parent)
+            except ConfigError as exc:
+                assert "hysteresis" in str(exc), exc
+            continue
         with pytest.raises(ConfigError) as err:
             parse_scenario(substituted(data, path, bad), source=str(file), base_dir=file.parent)
         named = [p for p, _ in err.value.problems]
@@ -140,3 +151,39 @@ def test_oversized_scenario_is_refused(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_scenario(f)
     assert "bytes allowed" in str(err.value)
+
+
+def test_unlimited_keys_take_their_default_and_nothing_else_non_finite():
+    """`unlimited` fields: the non-finite default may be written out (+inf "no limit", NaN "an
+    invalid reading"); the other non-finite values are refused with the key."""
+    file = ROOT / "configs/bioreactor_policy.toml"
+    data = tomllib.loads(file.read_text())
+    ok = copy.deepcopy(data)
+    ok.setdefault("gaps", {}).setdefault("sensors", {})["dissolved_oxygen"] = {"dropout_mode": "bad",
+                                                                               "dropout_value": math.nan}
+    ok["safety"].setdefault("confidence", {}).update(mahalanobis_enter=math.inf, mahalanobis_exit=math.inf)
+    parse_scenario(ok, source=str(file), base_dir=file.parent)
+    for section, key, value in (("gaps", "dropout_value", math.inf), ("gaps", "dropout_value", -math.inf),
+                                ("confidence", "mahalanobis_enter", -math.inf),
+                                ("confidence", "mahalanobis_enter", math.nan)):
+        bad = copy.deepcopy(ok)
+        target = bad["gaps"]["sensors"]["dissolved_oxygen"] if section == "gaps" else bad["safety"]["confidence"]
+        target[key] = value
+        if key == "mahalanobis_enter":
+            target["mahalanobis_exit"] = 1.0
+        with pytest.raises(ConfigError) as err:
+            parse_scenario(bad, source=str(file), base_dir=file.parent)
+        assert any(p.endswith(key) for p, _ in err.value.problems), err.value
+
+
+@pytest.mark.parametrize("file", SCENARIOS, ids=lambda f: f.stem)
+def test_a_scenario_written_back_from_its_model_reads_again(file):
+    """What the safety and the policy get over the bootstrap pipe: the validated scenario as
+    JSON (every default written out, NaN and inf included) parses to the same scenario."""
+    import json
+
+    from hil.safety.launch import scenario_to_json
+
+    sc = load_scenario(file)
+    again = parse_scenario(json.loads(scenario_to_json(sc)), source=str(file))
+    assert scenario_to_json(again) == scenario_to_json(sc)
