@@ -190,8 +190,11 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     pol_boot = {"scenario": json.loads(scenario_to_json(_policy_view(scenario, pdir, conf))),
                 **bootstrap_keys(secret, POLICY_CHANNELS),
                 "confine": {**conf.as_dict(), "hidden_dir": rdir, "writable_dir": pdir}}
+    # the policy works in its own directory; a `[policy] entry = "module:Class"` still imports as
+    # from where hil was started (`python -m` puts the working directory first on sys.path)
+    py_path = os.pathsep.join(p for p in (os.getcwd(), common["env"].get("PYTHONPATH", "")) if p)
     pol_env = {**common["env"], "HOME": pdir, "NUMBA_CACHE_DIR": os.path.join(pdir, "numba-cache"),
-               "TMPDIR": pdir}
+               "TMPDIR": pdir, "PYTHONPATH": py_path}
     pol_kw = {**common, "env": pol_env, "cwd": pdir}
     if conf.kind == "uid":
         pol_kw.update(user=conf.uid, group=conf.gid, extra_groups=[])
