@@ -54,6 +54,7 @@ import asyncio
 import json
 import logging
 import signal
+import struct
 import time
 from pathlib import Path
 
@@ -67,6 +68,7 @@ from pymodbus.transaction import TransactionManager
 
 from adapters.modbus_datastore import ImageDatastore
 from adapters.modbus_log import ClientStats, RequestLog
+from adapters.modbus_requests import check_request
 from adapters.ratelog import RateLimitedLog
 from hil.image import ProcessImage
 from hil.tagmap.modbus import CompiledMap, compile_map, describe_shared_views
@@ -149,6 +151,11 @@ class _Handler(ServerRequestHandler):
         used_total = 0
         while used_total < len(data):
             t_ns = time.monotonic_ns()
+            refused = self._malformed(data, used_total)
+            if refused:
+                used_total += refused[0]
+                self._spawn(self._refuse(*refused[1:], addr, t_ns))
+                continue
             try:
                 used = TransactionManager.callback_data(self, data[used_total:], addr)
             except ModbusIOException as exc:  # undecodable: answer with the frame's function code
@@ -166,10 +173,37 @@ class _Handler(ServerRequestHandler):
             pdu = self.last_pdu
             if pdu is None or used == 0:
                 break
-            task = asyncio.ensure_future(self._handle(pdu, addr, t_ns))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._handle(pdu, addr, t_ns))
         return used_total
+
+    def _spawn(self, coro) -> None:
+        """Answer in a task, kept referenced until done; tasks run (and answer) in order."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _malformed(self, data: bytes, start: int):
+        """(frame length, tid, unit, refusal) if the complete request frame at `start` has
+        malformed fields (adapters/modbus_requests.py), else None: pymodbus decodes it (an
+        incomplete frame, another protocol id, an unserved code or unit id)."""
+        if len(data) - start < 8:
+            return None
+        tid, pid, length, unit, fc = struct.unpack_from(">HHHBB", data, start)
+        end = start + 6 + length
+        if pid != 0 or length < 2 or end > len(data) or fc not in SERVED_FCS \
+                or unit not in self.owner.datastore.unit_ids:
+            return None
+        refusal = check_request(data[start + 7:end])
+        return None if refusal is None else (end - start, tid, unit, fc, refusal)
+
+    async def _refuse(self, tid: int, unit: int, fc: int, refusal, addr, t_ns: int) -> None:
+        """Answer a malformed request with its exception code; nothing is read or written."""
+        owner = self.owner
+        self.pdu_send(ExceptionResponse(fc, refusal.code, device_id=unit, transaction=tid), addr)
+        owner.rlog.warning("malformed", "modbus: %s from %s: ILLEGAL DATA VALUE", refusal.reason,
+                           self.peer)
+        owner.account(self.peer, t_ns, fc, unit, refusal.address, refusal.count, fc in WRITE_FCS,
+                      int(refusal.code))
 
     async def _handle(self, pdu, addr, t_ns: int) -> None:
         owner = self.owner
