@@ -67,7 +67,8 @@ def _wait_ready(ready, proc, timeout_s: float) -> bool:
 
 def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
                   modbus_request_log: str | None = None) -> list[ServerProcess]:
-    """Start a server process for each of [modbus] and [opcua] the scenario configures.
+    """Start a server process for each of [modbus] and [opcua] the scenario configures
+    and does not switch off (`enabled = false`).
 
     modbus_request_log: where the Modbus server dumps its per-request timing log at
     shutdown (JSONL; `hil profile` turns it into a latency profile).
@@ -77,7 +78,7 @@ def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
     counters_dir = tempfile.mkdtemp(prefix="hil-servers-")  # 0700, removed by stop_servers
     try:
         for kind, module_name in SERVERS.items():
-            if getattr(scenario, kind) is None:
+            if scenario.served(kind) is None:  # absent, or switched off: bind nothing
                 continue
             ready, stop = ctx.Event(), ctx.Event()
             summary_path = str(Path(counters_dir) / f"{kind}.json")

@@ -53,13 +53,16 @@ def short_scheduling(s: dict) -> str:
 
 def print_banner(console, scenario, runtime, sim_s: float, lockstep: bool) -> None:
     """What is about to run: duration (simulated and wall), servers, where the recording goes."""
+    from hil.config import SERVER_KINDS
     from hil.durations import describe_run_time
 
     console.print(f"[bold]hil run[/bold] {scenario.name}: {describe_run_time(sim_s, scenario, lockstep)}")
-    servers = [k for k in ("modbus", "opcua") if getattr(scenario, k) is not None] if runtime.start_servers else []
+    servers = [k for k in SERVER_KINDS if scenario.served(k) is not None] if runtime.start_servers else []
     if servers:
         console.print("  servers: " + ", ".join(f"{k} {getattr(scenario, k).host}:{getattr(scenario, k).port}"
                                                 for k in servers))
+    for kind in scenario.switched_off():
+        console.print(f"  {kind}: switched off (\\[{kind}] enabled = false): not started, nothing bound")
     if runtime.record_path is not None:
         from pathlib import Path
 

@@ -214,6 +214,18 @@ class Scenario(StrictModel):
     def name(self) -> str:
         return self.scenario.name
 
+    def served(self, kind: str):
+        """The [modbus] or [opcua] section if a server is to be started for it: configured
+        and not switched off (`enabled = false` binds nothing); else None."""
+        section = getattr(self, kind)
+        return section if section is not None and getattr(section, "enabled", True) else None
+
+    def switched_off(self) -> list[str]:
+        """The protocol sections present but switched off (`enabled = false`), e.g. ["opcua"]."""
+        return [k for k in SERVER_KINDS if getattr(self, k) is not None and self.served(k) is None]
+
+
+SERVER_KINDS = ("modbus", "opcua")  # sections that start a protocol server process
 
 # Subsystem section -> (module, model class). Each owns its schema and checks.
 SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {

@@ -62,9 +62,9 @@ def scenario_bindings(scenario, *, servers: bool = True, bus: bool = True) -> li
     """
     out: list[Binding] = []
     if servers:
-        if scenario.modbus is not None:
+        if scenario.served("modbus") is not None:
             out.append(Binding("modbus.port", "Modbus TCP server", scenario.modbus.host, scenario.modbus.port))
-        if scenario.opcua is not None:
+        if scenario.served("opcua") is not None:
             out.append(Binding("opcua.port", "OPC UA server", scenario.opcua.host, scenario.opcua.port))
     if bus and scenario.bus is not None:
         names = list(LOOP_BUS_ENDPOINTS)

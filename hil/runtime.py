@@ -43,7 +43,7 @@ import numpy as np
 
 from hil import rt
 from hil.clock import LockstepClock, RealtimeClock
-from hil.config import Scenario
+from hil.config import SERVER_KINDS, Scenario
 from hil.errors import ConfigError, PlantDiverged
 from hil.gc_control import LoopGc
 from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch, InputWatch,
@@ -239,7 +239,7 @@ class Runtime:
             else:
                 self.clock = RealtimeClock(sc.loop.period_s, sc.loop.spin_us * 1e-6)
             want_servers = (not lockstep) if start_servers is None else start_servers
-            self.start_servers = want_servers and (sc.modbus is not None or sc.opcua is not None)
+            self.start_servers = want_servers and any(sc.served(k) is not None for k in SERVER_KINDS)
             self.start_processes = start_processes
             self._children: list = []
             self._stop = False

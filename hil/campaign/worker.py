@@ -48,7 +48,7 @@ def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0
         from hil.campaign.realtime import free_port
 
         for section in ("modbus", "opcua"):
-            if getattr(sc0, section) is not None:
+            if sc0.served(section) is not None:
                 extra[section] = {"port": free_port()}
     if sc0.bus is not None:
         extra["bus"] = {"transport": "ipc", "ipc_dir": ipc_dir}

@@ -54,8 +54,8 @@ def command(config, wall, out_dir, as_json, settings) -> None:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         scenario = load_scenario(config, parse_settings(settings))
-        if scenario.softplc is None or scenario.modbus is None:
-            raise ConfigError("softplc", "the demo needs a scenario with [modbus] and [softplc]")
+        if scenario.softplc is None or scenario.served("modbus") is None:
+            raise ConfigError("softplc", "the demo needs a scenario with [modbus] (enabled) and [softplc]")
         sim_s = run_duration(scenario, duration=None, wall=wall, lockstep=False)
         wall_s = sim_s / scenario.loop.time_scale
         check_scenario_ports(scenario, lockstep=False, servers=True, source=str(config))
@@ -65,7 +65,7 @@ def command(config, wall, out_dir, as_json, settings) -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     out = Path(out_dir or f"runs/demo-{stamp}")
     out.mkdir(parents=True, exist_ok=True)
-    servers = [k for k in ("modbus", "opcua") if getattr(scenario, k) is not None]
+    servers = [k for k in ("modbus", "opcua") if scenario.served(k) is not None]
     err.print(f"[bold]hil demo[/bold]: {scenario.name}, {sim_s / 3600:.2f} h simulated in {wall_s:g} s "
               f"({scenario.loop.time_scale:g}x), servers: "
               + ", ".join(f"{k} {getattr(scenario, k).host}:{getattr(scenario, k).port}" for k in servers)

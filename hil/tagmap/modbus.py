@@ -167,6 +167,7 @@ class RegisterBlock(_View):
 class ModbusSection(StrictModel):
     """The [modbus] section: server endpoint and register map."""
 
+    enabled: bool = Field(default=True, description="false: no server is started, nothing is bound")
     host: str = Field(default="127.0.0.1", description="bind address; 0.0.0.0 exposes it")
     port: int = Field(default=5020, ge=1, le=65535)
     unit_id: int = Field(
