@@ -16,7 +16,9 @@ Layout (all little-endian, 8-byte aligned):
 Consistency: two seqlocks. `outputs`+`applied`+clock have one writer (the loop): it makes
 the sequence odd, writes, makes it even; a reader copies and retries if the sequence was
 odd or changed. `inputs` may have several writers (Modbus and OPC UA server processes, a
-test): writers serialize on an `flock` of a lock file, then use the inputs seqlock so that
+test): writers serialize on an `flock` of the image's own file (/dev/shm/<name>, mode 0600
+as the block is: no separate lock file that a killed run would leave behind or another user
+could lock), then use the inputs seqlock so that
 the loop never takes a lock and never sees a torn multi-register write. The loop retries a
 torn read a bounded number of times and otherwise keeps its previous inputs (counted), so a
 writer descheduled mid-write can never stall the loop.
@@ -95,7 +97,8 @@ def attach_untracked(name: str) -> shared_memory.SharedMemory:
 
 
 def unlink_image_of(pid: int) -> None:
-    """Remove the images (and lock files) a process that died without closing had created.
+    """Remove the images a process that died without closing had created (and the lock files
+    hil versions before the in-image lock left beside them).
 
     Image names start with `hil_<creator pid>_`, so the block of a SIGKILLed loop can be
     found and freed by whoever outlives it (its recorder does this when orphaned).
@@ -107,6 +110,42 @@ def unlink_image_of(pid: int) -> None:
             os.unlink(path)
         except OSError:
             pass
+
+
+def remove_stale_lock_files() -> list[str]:
+    """Remove `/dev/shm/hil_<pid>_*.lock` files of this user whose creator is dead.
+
+    hil up to this version kept the writers' lock in such a file beside each image and
+    removed it on a clean close only: every SIGKILLed run left one. Images lock their own
+    file now; each new image sweeps what older runs left. Returns the paths removed.
+    """
+    import glob
+    import re
+
+    removed = []
+    for path in glob.glob("/dev/shm/hil_*_*.lock"):
+        m = re.fullmatch(r"/dev/shm/hil_(\d+)_\d+\.lock", path)
+        if m is None:
+            continue
+        try:
+            if os.lstat(path).st_uid != os.getuid() or _alive(int(m.group(1))):
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """True if a process `pid` exists (ours or another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -145,7 +184,9 @@ class ProcessImage:
         self.undo = np.ndarray((n_in,), dtype=np.float64, buffer=buf, offset=off)
         self.n_inputs = n_in
         self.n_outputs = n_out
-        self._lock_path = f"/dev/shm/{self.name.lstrip('/')}.lock"
+        # the writers' lock is an flock of the block's own file (each user opens it anew: flock
+        # excludes per open file description); gone with the block, never a file of its own
+        self._lock_path = f"/dev/shm/{self.name.lstrip('/')}"
         self._lock_fd: int | None = None
         self._repair_fd: int | None = None  # the loop's own open file: excludes this process's writers too
 
@@ -174,7 +215,7 @@ class ProcessImage:
         img.undo[:] = 0.0
         img.outputs[:] = np.nan
         img.applied[:] = np.nan
-        open(img._lock_path, "a").close()
+        remove_stale_lock_files()
         return img
 
     @classmethod
@@ -183,7 +224,7 @@ class ProcessImage:
         return cls(attach_untracked(name), owner=False)
 
     def close(self) -> None:
-        """Detach; the creator also removes the block and its lock file."""
+        """Detach; the creator also removes the block."""
         for attr in ("header", "clock", "inputs", "outputs", "applied", "undo"):
             setattr(self, attr, None)
         for attr in ("_lock_fd", "_repair_fd"):
@@ -198,10 +239,6 @@ class ProcessImage:
         if self.owner:
             try:
                 self._shm.unlink()
-            except FileNotFoundError:
-                pass
-            try:
-                os.unlink(self._lock_path)
             except FileNotFoundError:
                 pass
 
@@ -257,7 +294,7 @@ class ProcessImage:
         it (stopped, deadlocked) must not freeze every other writer, e.g. a protocol server's event
         loop. Raises InputsStale when the wait runs out."""
         if self._lock_fd is None:
-            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -313,7 +350,7 @@ class ProcessImage:
         None if a live writer holds the lock (it may be mid-write; it is not dead).
         """
         if self._repair_fd is None:
-            self._repair_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._repair_fd = os.open(self._lock_path, os.O_RDWR)
         try:
             fcntl.flock(self._repair_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

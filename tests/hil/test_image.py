@@ -11,9 +11,10 @@ from hil.image import ProcessImage
 N_IN, N_OUT = 6, 40
 
 
-def _hammer_writer(name: str, stop, n_done):
+def _hammer_writer(name: str, stop, n_done, started):
     """Another process writes all inputs at once, always the same value in every slot."""
     img = ProcessImage.attach(name)
+    started.release()
     k = 0
     idx = np.arange(N_IN)
     while not stop.is_set():
@@ -23,9 +24,10 @@ def _hammer_writer(name: str, stop, n_done):
     img.close()
 
 
-def _hammer_reader(name: str, stop, result):
+def _hammer_reader(name: str, stop, result, started):
     """Another process reads outputs; every snapshot must be one whole publish."""
     img = ProcessImage.attach(name)
+    started.release()
     reads = torn = 0
     while not stop.is_set():
         snap = img.snapshot()
@@ -41,14 +43,18 @@ def _hammer_reader(name: str, stop, result):
 def test_no_torn_reads_while_other_processes_hammer():
     ctx = mp.get_context("spawn")
     img = ProcessImage.create(N_IN, N_OUT)
+    img.publish(np.zeros(N_OUT), np.zeros(N_IN), 0, 0.0)  # step 0: the reader's rule holds from the start
     stop = ctx.Event()
     n_writes = ctx.Value("q", 0)
     result = ctx.Array("q", 2)
-    procs = [ctx.Process(target=_hammer_writer, args=(img.name, stop, n_writes)),
-             ctx.Process(target=_hammer_reader, args=(img.name, stop, result))]
+    started = ctx.Semaphore(0)
+    procs = [ctx.Process(target=_hammer_writer, args=(img.name, stop, n_writes, started)),
+             ctx.Process(target=_hammer_reader, args=(img.name, stop, result, started))]
     try:
         for p in procs:
             p.start()
+        for _ in procs:  # spawned children start slowly on a loaded machine: hammer once both run
+            assert started.acquire(timeout=60), "a hammering process did not start"
         # the "loop": publish whole steps and read inputs, checking every input read
         u = np.zeros(N_IN)
         loop_reads = loop_torn = 0
