@@ -31,6 +31,9 @@ purpose, so that `hil safety status|promote` find a running scenario's sockets a
 name alone; it is created 0700 and, when it already exists, used only if it is a real directory
 owned by this user with no group/other permission bits: anything else is refused with a
 ConfigError naming the path (another user's directory could hold sockets or a key planted for us).
+When the *default* directory is unusable that way, the runtime moves the run to a fresh private
+directory and records it in this user's run index, where the operator commands find it
+(hil/run_dirs.py); an explicit `ipc_dir` is never moved.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ class BusSection(StrictModel):
     transport: Literal["ipc", "tcp"] = Field(default="ipc", description="ipc:// files or tcp://")
     ipc_dir: str = Field(
         default="",
-        description="run directory: the ipc sockets and the run's bus key; '' = <tmp>/hil-<user>-<scenario>; "
-        "created 0700, refused if it exists with another owner or a wider mode",
+        description="run directory: the ipc sockets and the run's bus key; '' = <tmp>/hil-<user>-<scenario> "
+        "(or, if another user holds that, a fresh private one, see hil/run_dirs.py); created 0700, "
+        "refused if it exists with another owner or a wider mode",
     )
     tcp_host: str = Field(default="127.0.0.1", description="address bound for tcp transport")
     tcp_base_port: int = Field(
@@ -125,7 +126,9 @@ class BusSection(StrictModel):
                 problems.append((path, f"unknown endpoint (known: {', '.join(ENDPOINT_NAMES)})"))
             elif not addr.startswith(("ipc://", "tcp://", "inproc://")):
                 problems.append((path, f"{addr!r} is not an ipc://, tcp:// or inproc:// address"))
-        if self.enabled and (reason := run_dir_problem(self.resolved_ipc_dir(scenario.name))):
+        # an explicit directory must be usable; an unusable default only moves the run to a fresh
+        # private directory (hil/run_dirs.py pin_run_dir)
+        if self.enabled and self.ipc_dir and (reason := run_dir_problem(self.ipc_dir)):
             problems.append(("bus.ipc_dir", reason))
         if self.transport == "ipc":
             for name in ENDPOINT_NAMES:

@@ -61,6 +61,10 @@ def print_banner(console, scenario, runtime, sim_s: float, lockstep: bool) -> No
     if servers:
         console.print("  servers: " + ", ".join(f"{k} {getattr(scenario, k).host}:{getattr(scenario, k).port}"
                                                 for k in servers))
+    if runtime.run_dir_note:
+        from rich.markup import escape
+
+        console.print(f"  [yellow]warning:[/yellow] {escape(runtime.run_dir_note)}")
     for kind in scenario.switched_off():
         console.print(f"  {kind}: switched off (\\[{kind}] enabled = false): not started, nothing bound")
     if runtime.record_path is not None:

@@ -132,6 +132,7 @@ class Runtime:
     """Configure once, run once. `image` is created here unless an existing name is given."""
 
     _policy_handles = None  # set by _start_children; a default so any partial start can be stopped
+    run_dir_note: str | None = None  # why the run moved to a fresh run directory (hil/run_dirs.py), if it did
     scheduling: dict | None = None  # what the loop obtained (rt.apply_loop_scheduling), set at start
     on_scheduled = None  # optional callback(scheduling, warnings), once scheduling is set (the CLI's banner)
     hooks = None  # optional per-step hooks: pre(k, t), actuate(k, t, u_app), sense(k, t_end, y_meas)
@@ -223,6 +224,13 @@ class Runtime:
             # ---- bus (policy / safety) ----
             self.bus = None
             if sc.bus is not None:
+                from hil.run_dirs import pin_run_dir
+
+                # a default run directory another user holds: a fresh private one (hil/run_dirs.py)
+                pinned, self.run_dir_note = pin_run_dir(sc)
+                if self.run_dir_note:
+                    self.scenario = sc = pinned
+                    self.warnings.append(self.run_dir_note)
                 from hil.bus import LoopBusEndpoint
 
                 self.bus = LoopBusEndpoint.build(sc.bus, sc, spec)
@@ -544,10 +552,15 @@ class Runtime:
             summary.record_path = str(self.record_path)
 
     def close(self) -> None:
-        """Release the process image (the creator removes it)."""
+        """Release the process image (the creator removes it) and a fallback run directory."""
         if self.image is not None:
             self.image.close()
             self.image = None
+        if self.run_dir_note:
+            from hil.run_dirs import release
+
+            release(self.scenario.name, self.scenario.bus.ipc_dir)
+            self.run_dir_note = None
 
     def __enter__(self) -> "Runtime":
         return self

@@ -21,7 +21,9 @@ def _load(config: str):
     if sc.safety is None or sc.bus is None:
         click.echo("config error: the scenario has no [safety] / [bus] section", err=True)
         sys.exit(2)
-    return sc
+    from hil.run_dirs import locate
+
+    return locate(sc)  # a run moved off an unusable default run directory is in this user's index
 
 
 def _request(sc, msg: dict, timeout_s: float) -> dict:
