@@ -55,6 +55,14 @@ class Chain:
                 w.E, w.r, w.v, w.c, w.pA, w.IA, w.U, w.D, w.u, w.acc, self.T, self.tmp)
         return ddq
 
+    def aba_batch(self, Q, dQ, TAU, DDQ, f_ext=None):
+        """DDQ[k] = FD(Q[k], dQ[k], TAU[k]) for N states, shape (N, nb), in one kernel call."""
+        w = self.ws
+        dyn.aba_batch(self.parent, self.jtype, self.E_tree, self.r_tree, self.inertia, self.armature,
+                      self.gravity, Q, dQ, TAU, self.f_ext if f_ext is None else f_ext, DDQ,
+                      w.E, w.r, w.v, w.c, w.pA, w.IA, w.U, w.D, w.u, w.acc, self.T, self.tmp)
+        return DDQ
+
     def rnea(self, q, dq, ddq, tau, f_ext=None):
         w = self.ws
         dyn.rnea(self.parent, self.jtype, self.E_tree, self.r_tree, self.inertia, self.armature,

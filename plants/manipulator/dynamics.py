@@ -3,7 +3,7 @@
 Kernels (all `@njit(cache=True, nogil=True)`, float64, SI units, nothing allocated per call):
 - `aba`: forward dynamics, ddq = FD(q, dq, tau, f_ext), by the articulated-body algorithm
   (Featherstone 2008, Table 7.1), with a per-joint armature (reflected rotor inertia) added
-  to the joint-space inertia diagonal.
+  to the joint-space inertia diagonal; `aba_batch` runs it over N states in one call.
 - `rnea`: inverse dynamics tau = ID(q, dq, ddq) (Table 5.1); `gravity_torque` is
   rnea(q, 0, 0), the gravity compensation of a fallback PD controller.
 - `frame_kinematics`: world position of a point on a body and its 6 x nv geometric Jacobian
@@ -315,6 +315,20 @@ def aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f
         qdd = (u[i] - dot) / D[i]
         ddq[i] = qdd
         ai[s] += qdd
+
+
+@njit(cache=True, nogil=True)
+def aba_batch(parent, jtype, E_tree, r_tree, inertia, armature, gravity, Q, dQ, TAU, f_ext, DDQ,
+              E, r, v, c, pA, IA, U, D, u, acc, T, tmp):
+    """`aba` over N states in one call: row k of DDQ (N, nb) = FD(Q[k], dQ[k], TAU[k], f_ext).
+
+    Q, dQ, TAU: (N, nb) in the units of `aba`; f_ext (nb, 6) is shared by every state. One
+    Python call for N states (a batch of rollouts or a sampling-based planner's candidates),
+    serially on the same work arrays; nothing is allocated.
+    """
+    for k in range(Q.shape[0]):
+        aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, Q[k], dQ[k], TAU[k], f_ext, DDQ[k],
+            E, r, v, c, pA, IA, U, D, u, acc, T, tmp)
 
 
 @njit(cache=True, nogil=True)

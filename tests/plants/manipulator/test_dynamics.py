@@ -62,6 +62,17 @@ def test_aba_matches_pinocchio_on_1000_random_states(chain, pin_model):
     assert worst < 1e-9
 
 
+def test_aba_batch_equals_one_call_per_state_and_pinocchio(chain, pin_model):
+    data = pin_model.createData()
+    q, dq, tau = random_states(chain.tree, 50, seed=3)
+    DDQ = np.full((50, chain.nb), np.nan)
+    chain.aba_batch(q, dq, tau, DDQ)
+    one = np.zeros(chain.nb)
+    for k in range(50):
+        np.testing.assert_array_equal(DDQ[k], chain.aba(q[k], dq[k], tau[k], one))  # same kernel, bit for bit
+        assert np.abs(DDQ[k] - pin.aba(pin_model, data, q[k], dq[k], tau[k])).max() < 1e-9
+
+
 def test_aba_matches_the_crba_rnea_route(chain, pin_model):
     """Second reference: ddq = M^-1 (tau - C dq - g) with Pinocchio's CRBA and RNEA."""
     data = pin_model.createData()
