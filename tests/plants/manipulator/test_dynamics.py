@@ -92,6 +92,20 @@ def test_packed_call_is_the_same_kernel_on_the_same_arrays():
     assert ch.model_f.size == dyn.packed_size(7, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL)
 
 
+def test_a_non_finite_input_still_reaches_ddq(chain):
+    """aba is compiled with fast-math flags that assume nothing about NaN/inf (ABA_FASTMATH)."""
+    from plants.manipulator import dynamics as dyn
+
+    assert not {"nnan", "ninf", "fast"} & set(dyn.ABA_FASTMATH)
+    q, dq, tau = random_states(chain.tree, 1, seed=5)
+    for arr, val in ((q, np.nan), (dq, np.inf), (tau, np.nan)):
+        a = arr[0].copy()
+        arr[0, 3] = val
+        ddq = chain.aba(q[0], dq[0], tau[0], np.zeros(chain.nb))
+        arr[0] = a
+        assert not np.isfinite(ddq).all()
+
+
 def test_aba_matches_the_crba_rnea_route(chain, pin_model):
     """Second reference: ddq = M^-1 (tau - C dq - g) with Pinocchio's CRBA and RNEA."""
     data = pin_model.createData()
