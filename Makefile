@@ -22,20 +22,25 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# Every benchmark's JSON goes through benchmarks/results.py: benchmarks/results/<name>.json
+# (date, machine, load, versions, commit) and the generated table benchmarks/results/README.md,
+# which the docs' Benchmarks page shows. Figures in README/docs come only from there.
+RECORD = $(BIN)/python benchmarks/results.py record
+
 bench: $(STAMP)
-	$(BIN)/python benchmarks/loop_jitter.py
-	$(BIN)/python benchmarks/plant_speed.py
-	$(BIN)/python benchmarks/gap_cost.py
-	$(BIN)/python benchmarks/bus_latency.py
-	$(BIN)/python benchmarks/protocol_latency.py
-	$(BIN)/python benchmarks/grid_speed.py
-	$(BIN)/python benchmarks/manipulator_speed.py
-	$(BIN)/python benchmarks/panda_loop.py --wall 10
-	$(BIN)/python benchmarks/gym_speed.py
-	$(BIN)/python benchmarks/campaign_throughput.py
+	$(RECORD) loop_jitter -- $(BIN)/python benchmarks/loop_jitter.py
+	$(RECORD) plant_speed -- $(BIN)/python benchmarks/plant_speed.py
+	$(RECORD) gap_cost -- $(BIN)/python benchmarks/gap_cost.py
+	$(RECORD) bus_latency -- $(BIN)/python benchmarks/bus_latency.py
+	$(RECORD) protocol_latency -- $(BIN)/python benchmarks/protocol_latency.py
+	$(RECORD) grid_speed -- $(BIN)/python benchmarks/grid_speed.py
+	$(RECORD) manipulator_speed -- $(BIN)/python benchmarks/manipulator_speed.py
+	$(RECORD) panda_loop -- $(BIN)/python benchmarks/panda_loop.py --wall 10
+	$(RECORD) gym_speed -- $(BIN)/python benchmarks/gym_speed.py
+	$(RECORD) campaign_throughput -- $(BIN)/python benchmarks/campaign_throughput.py
 
 bench-long: bench
-	$(BIN)/python benchmarks/sysid_speed.py
+	$(RECORD) sysid_speed -- $(BIN)/python benchmarks/sysid_speed.py
 
 clean:
 	rm -rf $(VENV) runs

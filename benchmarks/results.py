@@ -15,8 +15,9 @@ Usage (what ``make bench`` runs)::
     python benchmarks/results.py table
 
 ``record`` runs the command (stderr passes through), stores the last stdout line as the result
-of NAME and regenerates the table; it fails (exit 1) if the command fails or prints no JSON.
-A benchmark can also call :func:`write` itself.
+of NAME and regenerates the table; it fails (exit 1) if the command fails or prints no JSON,
+or if the result is a smoke run (``"quick": true``: few samples, not a figure to publish).
+A benchmark can also call :func:`write` itself (same refusal).
 """
 
 from __future__ import annotations
@@ -68,8 +69,16 @@ def git_commit() -> str | None:
         return None
 
 
+class SmokeResult(ValueError):
+    """A ``--quick`` result offered for publication."""
+
+
 def write(name: str, result: dict, command: list[str] | None = None, load_before: list | None = None) -> Path:
-    """Store ``result`` as ``results/<name>.json`` with date, machine, load, versions and commit."""
+    """Store ``result`` as ``results/<name>.json`` with date, machine, load, versions and commit.
+
+    Raises SmokeResult for a result marked ``"quick": true`` (a smoke run is never published)."""
+    if isinstance(result, dict) and result.get("quick") is True:
+        raise SmokeResult(f"{name}: a --quick (smoke) result is not stored; run the benchmark at full length")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     meta = {"benchmark": name, "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command or [sys.executable, *sys.argv], "machine": machine(), "versions": versions(),
@@ -151,7 +160,11 @@ def record(name: str, cmd: list[str]) -> int:
     except (IndexError, json.JSONDecodeError):
         print(f"results: {name} printed no JSON on its last stdout line; nothing stored", file=sys.stderr)
         return 1
-    path = write(name, result, cmd, load_before)
+    try:
+        path = write(name, result, cmd, load_before)
+    except SmokeResult as exc:
+        print(f"results: {exc}", file=sys.stderr)
+        return 1
     write_table()
     print(f"results: {path.relative_to(RESULTS_DIR.parent.parent)} and results/README.md written", file=sys.stderr)
     return 0

@@ -1,14 +1,24 @@
 """Fit speed: 3 runs of 48 h at 10 s samples, 4 bioreactor parameters, hil's Numba sysid vs
-the same least_squares fit with each run simulated by scipy solve_ivp (LSODA) over the same
-zero-order-hold inputs (one solve_ivp per interval of constant inputs), same start.
+the same least_squares problem with each run simulated by two references:
 
-The logged inputs are measured flows (feed and aeration steps plus 1 % flowmeter noise), so
-they change at every sample, as a real unit's log does: the reference restarts its
-integrator at every sample. Both fits see the same data and start from the nominal.
+- "numpy_rk4": the reference a numerical person writes: the SAME fixed-step scheme as hil
+  (classical RK4, the same sub-step count per sample interval, ceil(dt / MAX_SUBSTEP), the
+  same zero-order-hold inputs), as a NumPy loop around the plant's right-hand side
+  (`module.derivatives`, the same function the LSODA reference calls). Same scheme, same
+  step: its residuals must equal hil's to round-off (checked: `max_abs_diff_residuals`).
+- "lsoda": scipy solve_ivp (LSODA, rtol 1e-6, atol 1e-9) over the same inputs, one solve_ivp
+  per interval of constant inputs. The logged inputs are measured flows (feed and aeration
+  steps plus 1 % flowmeter noise), so they change at every sample, as a real unit's log does:
+  this reference restarts its integrator at every sample, which is most of its cost.
 
-Usage: python benchmarks/sysid_speed.py [--hours 48] [--runs 3] [--sample-s 10] [--ref-max-nfev N]
-Last line: JSON with fit_s, reference_fit_s, speedup, the fitted values with 95 % intervals.
-The Numba compile time is reported apart (compile_s) and not counted in fit_s.
+Figures: `per_evaluation_cpu_s` (one residual evaluation at the nominal, thread CPU time,
+interleaved with the order rotated, >= 3 repeats: the like-for-like figure), and the full fits
+(`fit_s` hil's `SysIdProblem.fit`; `numba_same_solve_s` hil's residuals in the references'
+single least_squares call; `reference_fit_s`, `numpy_rk4_fit_s`, wall time, once each).
+Ratios are reference / hil. Both fits start from the nominal and see the same data.
+
+Usage: python benchmarks/sysid_speed.py [--quick] [--hours 48] [--runs 3] [--sample-s 10] [--ref-max-nfev N]
+Last line: JSON. The Numba compile time is reported apart (compile_s) and not counted in fit_s.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import math
 import time
 
 import numpy as np
@@ -24,6 +35,9 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import least_squares
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import fair  # noqa: E402
 
 from hil.calibration.synthetic import SensorTruth, UnitTruth, real_unit_run  # noqa: E402
 from hil.calibration.sysid import SysIdProblem  # noqa: E402
@@ -94,43 +108,149 @@ def reference_residuals(problem, module, theta):
     return np.concatenate(parts)
 
 
+def rk4_numpy_residuals(problem, module, theta):
+    """The same residuals, each run simulated by classical RK4 in NumPy: hil's scheme and step.
+
+    Per sample interval dt: n = max(1, ceil(dt / MAX_SUBSTEP)) sub-steps of h = dt / n, inputs
+    held (zero-order hold), outputs at every sample; the right-hand side is the plant's own
+    `derivatives` (as in the LSODA reference)."""
+    p = problem.p_of(theta)
+    spec = module.SPEC
+    tu = float(getattr(module, "TIME_UNIT_S", 1.0))
+    max_sub = float(module.MAX_SUBSTEP)
+    dx = np.zeros(spec.n_states)
+    y = np.zeros(spec.n_outputs)
+
+    def f(t, x, u):
+        module.derivatives(t, x, u, p, dx)
+        return dx.copy()
+
+    parts = []
+    for r, run in enumerate(problem.runs):
+        if np.isfinite(run.X_presc).any():
+            raise ValueError(f"run {r}: prescribed states are not handled by this reference")
+        n = run.t_s.size
+        Ysim = np.full((n, spec.n_outputs), np.nan)
+        x = problem.x0_of(theta, r).astype(float).copy()
+        for k in range(n):
+            u = run.U[k]
+            module.outputs(x, u, p, y)
+            Ysim[k] = y
+            if k == n - 1:
+                break
+            dt = (run.t_s[k + 1] - run.t_s[k]) / tu
+            nsub = max(1, int(math.ceil(dt / max_sub * (1.0 - 1e-12))))
+            h = dt / nsub
+            t = run.t_s[k] / tu
+            for s in range(nsub):
+                ts = t + s * h
+                k1 = f(ts, x, u)
+                k2 = f(ts + 0.5 * h, x + 0.5 * h * k1, u)
+                k3 = f(ts + 0.5 * h, x + 0.5 * h * k2, u)
+                k4 = f(ts + h, x + h * k3, u)
+                x = x + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+            if not np.all(np.isfinite(x)):
+                break
+        parts.append(problem._run_residuals(r, Ysim))
+    return np.concatenate(parts)
+
+
+AGREE_RK4 = 1e-6  # max |residual difference| (in noise sigmas) between hil and the NumPy RK4: same scheme
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 1 run of 2 h, 2 evaluations per reference fit")
     ap.add_argument("--hours", type=float, default=48.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--ref-max-nfev", type=int, default=None,
                     help="cap the reference's evaluations (then the speedup compares per evaluation)")
     args = ap.parse_args()
+    if args.quick:
+        args.hours, args.runs, args.ref_max_nfev = 2.0, 1, 2
     module = load_plant_module("bioreactor")
     runs, x0 = make_runs(module, args.runs, args.hours, args.sample_s)
     pb = SysIdProblem(module, runs, PARAMS, x0=x0, outputs=OUTS)
+    th0 = pb.theta_of()
     t0 = time.perf_counter()
-    pb.residuals(pb.theta_of())  # compile
+    r_hil = pb.residuals(th0)  # compile
     compile_s = time.perf_counter() - t0
+
+    # answers first: same scheme and step -> same residuals; LSODA differs by its own error
+    r_rk4 = rk4_numpy_residuals(pb, module, th0)
+    r_lsoda = reference_residuals(pb, module, th0)
+    d_rk4 = float(np.abs(r_rk4 - r_hil).max())
+    d_lsoda = float(np.abs(r_lsoda - r_hil).max())
+    print(f"residuals at the nominal: max |numpy RK4 - hil| {d_rk4:.2e}, max |LSODA - hil| {d_lsoda:.2e} "
+          f"(sigmas; {r_hil.size} residuals)", file=sys.stderr)
+    if not d_rk4 < AGREE_RK4:
+        raise AssertionError(f"hil and the NumPy RK4 reference disagree: max |residual difference| {d_rk4:.3e} "
+                             f">= {AGREE_RK4:g} (same scheme and step must agree to round-off)")
+
+    # like for like: one residual evaluation, interleaved, rotated, thread CPU time, 3 repeats
+    per_eval = fair.interleaved({"hil": lambda: pb.residuals(th0),
+                                 "numpy_rk4": lambda: rk4_numpy_residuals(pb, module, th0),
+                                 "lsoda": lambda: reference_residuals(pb, module, th0)},
+                                {"hil": 1, "numpy_rk4": 1, "lsoda": 1}, blocks=1, repeats=3, warmup=False)
+    per_eval_s = {k: {kk: (vv / 1e6 if kk != "repeats" else [x / 1e6 for x in vv]) for kk, vv in v.items()}
+                  for k, v in per_eval.items()}
+    ratio_rk4 = fair.ratio(per_eval["numpy_rk4"], per_eval["hil"])
+    ratio_lsoda = fair.ratio(per_eval["lsoda"], per_eval["hil"])
+    print(f"per evaluation (CPU s): hil {per_eval_s['hil']['median']:.4f}, numpy RK4 "
+          f"{per_eval_s['numpy_rk4']['median']:.3f} ({ratio_rk4:.0f}x), LSODA {per_eval_s['lsoda']['median']:.3f} "
+          f"({ratio_lsoda:.0f}x)", file=sys.stderr)
+
     t0 = time.perf_counter()
     res = pb.fit()
     fit_s = time.perf_counter() - t0
-    # reference: same problem (the weights the fast fit settled on), same start, same solver
+    # references: same problem (the weights the fast fit settled on), same start, same solver
     lo, hi = pb.bounds()
     t0 = time.perf_counter()
     ref = least_squares(lambda th: reference_residuals(pb, module, th), pb.theta_of(), bounds=(lo, hi),
                         method="trf", x_scale="jac", max_nfev=args.ref_max_nfev)
     ref_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    rk4 = least_squares(lambda th: rk4_numpy_residuals(pb, module, th), pb.theta_of(), bounds=(lo, hi),
+                        method="trf", x_scale="jac", max_nfev=args.ref_max_nfev)
+    rk4_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     sol = least_squares(pb.residuals, pb.theta_of(), bounds=(lo, hi), method="trf", x_scale="jac",
                         max_nfev=args.ref_max_nfev)
     same_s = time.perf_counter() - t0
+    values = {n: float(v) for n, v in zip(PARAMS, pb.p_of(sol.x)[pb.p_idx])}
+    rk4_values = {n: float(v) for n, v in zip(PARAMS, pb.p_of(rk4.x)[pb.p_idx])}
+    headline = [
+        {"figure": "one residual evaluation (CPU s)", "hil": per_eval_s["hil"]["median"],
+         "peer": per_eval_s["numpy_rk4"]["median"], "peer_name": "same RK4 scheme and step in NumPy",
+         "ratio": ratio_rk4, "unit": "s"},
+        {"figure": "one residual evaluation (CPU s)", "hil": per_eval_s["hil"]["median"],
+         "peer": per_eval_s["lsoda"]["median"], "peer_name": "solve_ivp LSODA, restarted per sample",
+         "ratio": ratio_lsoda, "unit": "s"},
+        {"figure": "single least_squares fit (wall s)", "hil": same_s, "peer": rk4_s,
+         "peer_name": "same RK4 scheme and step in NumPy", "ratio": rk4_s / same_s, "unit": "s"},
+        {"figure": "single least_squares fit (wall s)", "hil": same_s, "peer": ref_s,
+         "peer_name": "solve_ivp LSODA, restarted per sample", "ratio": ref_s / same_s, "unit": "s"},
+    ]
     out = {
-        "runs": args.runs, "hours": args.hours, "sample_s": args.sample_s, "params": PARAMS,
+        "runs": args.runs, "hours": args.hours, "sample_s": args.sample_s, "params": PARAMS, "quick": args.quick,
+        "max_abs_diff_residuals": {"numpy_rk4_vs_hil": d_rk4, "lsoda_vs_hil": d_lsoda, "unit": "noise sigmas"},
+        "per_evaluation_cpu_s": per_eval_s,
+        "ratio_per_evaluation": {"numpy_rk4_over_hil": ratio_rk4, "lsoda_over_hil": ratio_lsoda},
         "fit_s": round(fit_s, 3), "fit_nfev": res.nfev, "compile_s": round(compile_s, 3),
         "reference_fit_s": round(ref_s, 3), "reference_nfev": int(ref.nfev),
+        "numpy_rk4_fit_s": round(rk4_s, 3), "numpy_rk4_nfev": int(rk4.nfev),
         "numba_same_solve_s": round(same_s, 3), "numba_same_solve_nfev": int(sol.nfev),
         "speedup": round(ref_s / fit_s, 2),
         "speedup_same_solve": round(ref_s / same_s, 2),
+        "speedup_same_solve_vs_numpy_rk4": round(rk4_s / same_s, 2),
         "reference_values": dict(zip(PARAMS, map(float, pb.p_of(ref.x)[pb.p_idx]))),
+        "numpy_rk4_values": rk4_values,
+        "numba_same_solve_values": values,
+        "max_rel_diff_values_numpy_rk4_vs_hil_same_solve": max(abs(rk4_values[n] - values[n]) / abs(values[n]) for n in PARAMS),
         "fitted": {n: {"value": float(v), "ci95": [float(a), float(b)], "true": TRUE[n]}
                    for n, v, (a, b) in zip(PARAMS, res.values, res.ci95)},
+        "headline": headline,
         "cpus": os.cpu_count(), "loadavg_1min": os.getloadavg()[0],
     }
     print(json.dumps(out))

@@ -2,6 +2,11 @@
 (default: the shipped Franka Panda, configs/robots/panda.urdf) stepped by the Numba kernels of
 `plants/manipulator/` ("step" form of the plant contract, plants/base.py).
 
+Disk cache: the cached kernels here compile `dynamics.aba` into themselves, and Numba's cache
+checks only this file's stamp, not its callees' files: after a change to
+`plants/manipulator/dynamics.py` (e.g. its fast-math flags), delete the stale entries
+(`find . -name "*.nb[ic]" -delete`) or they keep the old ABA.
+
 Spec (built from the URDF by `build`, from `plants.manipulator.layout` groups; SI units):
 - states: `joint.q[7]` (rad), `joint.dq[7]` (rad/s), `joint.tau_motor[7]` (N m, current-loop
   state), `joint.vel_integral[7]` (rad), gripper width/speed, the object's slide, stick/slip

@@ -36,6 +36,21 @@ def _fmt(value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _headline(rows: list) -> list[str]:
+    """The peer comparison rows a benchmark chose (`results.py`: figure, hil, peer, ratio, goal, met)."""
+    out = ["| figure | hil | peer | peer / hil | goal | met |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if not isinstance(r, dict):
+            continue
+        unit = f" {r['unit']}" if r.get("unit") else ""
+        peer = f"{_fmt(r.get('peer'))}{unit} ({_fmt(r['peer_name'])})" if r.get("peer_name") else "—"
+        met = r.get("met")
+        met_s = "—" if "met" not in r else ("yes" if met else "**no**")
+        out.append(f"| {_fmt(r.get('figure'))} | {_fmt(r.get('hil'))}{unit} | {peer} | {_fmt(r.get('ratio'))} | "
+                   f"{_fmt(r.get('goal')) if 'goal' in r else '—'} | {met_s} |")
+    return out + [""]
+
+
 def results_markdown(results_dir: Path) -> str:
     """Markdown: one section per `*.json` in `results_dir` (sorted by name), or a note if none."""
     files = sorted(Path(results_dir).glob("*.json"))
@@ -53,8 +68,17 @@ def results_markdown(results_dir: Path) -> str:
             continue
         if not isinstance(data, dict):
             data = {"value": data}
-        context = {k: data[k] for k in CONTEXT_KEYS if k in data}
-        figures = {k: v for k, v in data.items() if k not in context}
+        if set(data) == {"meta", "result"} and isinstance(data["result"], dict):  # written by benchmarks/results.py
+            context = data["meta"] if isinstance(data["meta"], dict) else {"meta": data["meta"]}
+            data = dict(data["result"])
+            rows = data.pop("headline", None)
+            if isinstance(rows, list) and rows:
+                out.append("Peer / hil ratios are for times: > 1 means hil is faster, < 1 a loss.\n")
+                out.extend(_headline(rows))
+            figures = data
+        else:
+            context = {k: data[k] for k in CONTEXT_KEYS if k in data}
+            figures = {k: v for k, v in data.items() if k not in context}
         if context:
             out.append("| run | |\n| --- | --- |")
             out.extend(f"| {k} | {_fmt(v)} |" for k, v in _flatten(context))

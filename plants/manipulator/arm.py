@@ -7,6 +7,11 @@ h = dt / n_sub <= MAX_SUBSTEP; `outputs(x, u, p, y, mf, mi, wf)` writes y. Both 
 gravity, layout offsets) and wf (work) are flat preallocated buffers built once by
 `ArmModel`, viewed inside the kernel as tuples of shaped arrays.
 
+Disk cache: the cached kernels here compile `dynamics.aba` into themselves, and Numba's cache
+checks only this file's stamp, not its callees' files: after a change to
+`plants/manipulator/dynamics.py` (e.g. its fast-math flags), delete the stale entries
+(`find . -name "*.nb[ic]" -delete`) or they keep the old ABA.
+
 Integrator: semi-implicit (symplectic) Euler on the ABA accelerations,
 
     ddq = FD(q, dq, tau(q, dq, tau_m));  dq <- dq + h ddq;  q <- q + h dq

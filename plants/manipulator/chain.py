@@ -14,6 +14,7 @@ import numpy as np
 from plants.manipulator import dynamics as dyn
 from plants.manipulator.urdf import KinematicTree, read_urdf
 
+_aba_packed = dyn.aba_packed
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PANDA_URDF = REPO_ROOT / "configs" / "robots" / "panda.urdf"
 #: The Panda's finger joints, locked (closed, 0 m) for the arm's rigid-body model; the
@@ -35,25 +36,45 @@ class Chain:
         self.tree = tree
         nb = tree.nb
         self.nb = nb
-        self.parent = tree.parent
-        self.jtype = tree.joint_type
-        self.E_tree = np.ascontiguousarray(tree.E_tree)
-        self.r_tree = np.ascontiguousarray(tree.r_tree)
-        self.inertia = tree.inertia.copy()
-        self.armature = np.zeros(nb) if armature is None else np.asarray(armature, float).copy()
-        self.gravity = dyn.GRAVITY.copy() if gravity is None else np.asarray(gravity, float).copy()
+        # packed buffers for `aba` from Python (dyn.aba_packed); the named arrays are views
+        # into them, so writing into chain.f_ext, chain.armature, ... is seen by both paths
+        self.model_i = np.empty(2 * nb, dtype=np.int64)
+        self.model_i[:nb] = tree.parent
+        self.model_i[nb:] = tree.joint_type
+        self.parent = self.model_i[:nb]
+        self.jtype = self.model_i[nb:]
+        self.model_f = np.zeros(dyn.packed_size(nb, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL))
+        m = dyn.carve(self.model_f, nb, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL)
+        self.E_tree, self.r_tree, self.inertia = m["E_tree"], m["r_tree"], m["inertia"]
+        self.armature, self.f_ext, self.gravity = m["armature"], m["f_ext"], m["gravity"]
+        self.E_tree[:] = tree.E_tree
+        self.r_tree[:] = tree.r_tree
+        self.inertia[:] = tree.inertia
+        self.armature[:] = 0.0 if armature is None else np.asarray(armature, float)
+        self.gravity[:] = dyn.GRAVITY if gravity is None else np.asarray(gravity, float)
         self.ws = dyn.Workspace(nb)
-        self.T = np.zeros((6, 3, 3))
-        self.tmp = np.zeros(6)
+        self.T = self.ws.T
+        self.tmp = self.ws.tmp
         self.fb = np.zeros((nb, 6))
-        self.f_ext = np.zeros((nb, 6))
 
     def aba(self, q, dq, tau, ddq, f_ext=None):
+        """ddq = FD(q, dq, tau, f_ext) (rad/s^2 | m/s^2); f_ext None: this chain's `f_ext`."""
+        if f_ext is None:  # the packed call: 7 arguments, the same kernel
+            _aba_packed(self.model_i, self.model_f, self.ws.buf, q, dq, tau, ddq)
+            return ddq
         w = self.ws
         dyn.aba(self.parent, self.jtype, self.E_tree, self.r_tree, self.inertia, self.armature,
                 self.gravity, q, dq, tau, self.f_ext if f_ext is None else f_ext, ddq,
                 w.E, w.r, w.v, w.c, w.pA, w.IA, w.U, w.D, w.u, w.acc, self.T, self.tmp)
         return ddq
+
+    def aba_batch(self, Q, dQ, TAU, DDQ, f_ext=None):
+        """DDQ[k] = FD(Q[k], dQ[k], TAU[k]) for N states, shape (N, nb), in one kernel call."""
+        w = self.ws
+        dyn.aba_batch(self.parent, self.jtype, self.E_tree, self.r_tree, self.inertia, self.armature,
+                      self.gravity, Q, dQ, TAU, self.f_ext if f_ext is None else f_ext, DDQ,
+                      w.E, w.r, w.v, w.c, w.pA, w.IA, w.U, w.D, w.u, w.acc, self.T, self.tmp)
+        return DDQ
 
     def rnea(self, q, dq, ddq, tau, f_ext=None):
         w = self.ws

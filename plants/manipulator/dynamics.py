@@ -3,7 +3,7 @@
 Kernels (all `@njit(cache=True, nogil=True)`, float64, SI units, nothing allocated per call):
 - `aba`: forward dynamics, ddq = FD(q, dq, tau, f_ext), by the articulated-body algorithm
   (Featherstone 2008, Table 7.1), with a per-joint armature (reflected rotor inertia) added
-  to the joint-space inertia diagonal.
+  to the joint-space inertia diagonal; `aba_batch` runs it over N states in one call.
 - `rnea`: inverse dynamics tau = ID(q, dq, ddq) (Table 5.1); `gravity_torque` is
   rnea(q, 0, 0), the gravity compensation of a fallback PD controller.
 - `frame_kinematics`: world position of a point on a body and its 6 x nv geometric Jacobian
@@ -39,20 +39,48 @@ from numba import njit
 GRAVITY = np.array([0.0, 0.0, -9.81])  # m/s^2, world frame (Pinocchio's default)
 
 
-class Workspace:
-    """Preallocated work arrays for the kernels of one chain of nb bodies."""
+#: Packed layouts for `aba_packed` (one call with 7 arguments instead of 24: from Python, a
+#: Numba call pays per argument). Per body, in this order; then the per-chain tail.
+MODEL_LAYOUT = (("E_tree", (3, 3)), ("r_tree", (3,)), ("inertia", (6, 6)), ("armature", ()), ("f_ext", (6,)))
+MODEL_TAIL = (("gravity", (3,)),)
+WORK_LAYOUT = (("E", (3, 3)), ("r", (3,)), ("v", (6,)), ("c", (6,)), ("pA", (6,)), ("IA", (6, 6)), ("U", (6,)),
+               ("D", ()), ("u", ()), ("acc", (6,)))
+WORK_TAIL = (("T", (6, 3, 3)), ("tmp", (6,)))
 
-    def __init__(self, nb: int):
-        self.E = np.zeros((nb, 3, 3))
-        self.r = np.zeros((nb, 3))
-        self.v = np.zeros((nb, 6))
-        self.c = np.zeros((nb, 6))
-        self.pA = np.zeros((nb, 6))
-        self.IA = np.zeros((nb, 6, 6))
-        self.U = np.zeros((nb, 6))
-        self.D = np.zeros(nb)
-        self.u = np.zeros(nb)
-        self.acc = np.zeros((nb, 6))
+
+def packed_size(nb: int, layout, tail) -> int:
+    """Length (float64 elements) of a buffer holding `layout` for nb bodies and then `tail`."""
+    return sum(nb * int(np.prod(sh)) for _, sh in layout) + sum(int(np.prod(sh)) for _, sh in tail)
+
+
+def carve(buf: np.ndarray, nb: int, layout, tail) -> dict:
+    """Views into `buf` in the layout's order (C-contiguous, shapes (nb, *shape), then the tail's)."""
+    out, o = {}, 0
+    for name, sh in layout:
+        n = nb * int(np.prod(sh))
+        out[name] = buf[o:o + n].reshape((nb, *sh))
+        o += n
+    for name, sh in tail:
+        n = int(np.prod(sh))
+        out[name] = buf[o:o + n].reshape(sh)
+        o += n
+    assert o == buf.size, "buffer size does not match the layout"
+    return out
+
+
+class Workspace:
+    """Preallocated work arrays for the kernels of one chain of nb bodies.
+
+    The ABA work arrays (and the T, tmp scratch) are views into one float64 buffer `buf` of
+    `packed_size(nb, WORK_LAYOUT, WORK_TAIL)`, in WORK_LAYOUT's order, as `aba_packed` reads
+    them (pass `buf` to supply it)."""
+
+    def __init__(self, nb: int, buf: np.ndarray | None = None):
+        if buf is None:
+            buf = np.zeros(packed_size(nb, WORK_LAYOUT, WORK_TAIL))
+        self.buf = buf
+        for name, view in carve(buf, nb, WORK_LAYOUT, WORK_TAIL).items():
+            setattr(self, name, view)
         # world placement of each body (FK): rotation body -> world, origin in world
         self.Rw = np.zeros((nb, 3, 3))
         self.pw = np.zeros((nb, 3))
@@ -209,7 +237,14 @@ def cross_force(v, f, out):
     out[5] = w0 * f[4] - w1 * f[3]
 
 
-@njit(cache=True, nogil=True)
+#: LLVM fast-math flags of `aba`: fused multiply-add, reassociation, reciprocal division and
+#: signed-zero freedom let LLVM vectorise the 6x6 products (round-off changes ~1e-13 rad/s^2).
+#: Deliberately NOT "nnan"/"ninf": a NaN or inf input still propagates to ddq, so the plant's
+#: finiteness checks keep seeing it (fail closed).
+ABA_FASTMATH = {"contract", "reassoc", "arcp", "nsz"}
+
+
+@njit(cache=True, nogil=True, fastmath=ABA_FASTMATH)
 def aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f_ext, ddq,
         E, r, v, c, pA, IA, U, D, u, acc, T, tmp):
     """Forward dynamics by the articulated-body algorithm; writes ddq (rad/s^2 or m/s^2).
@@ -315,6 +350,72 @@ def aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f
         qdd = (u[i] - dot) / D[i]
         ddq[i] = qdd
         ai[s] += qdd
+
+
+@njit(cache=True, nogil=True)
+def aba_packed(model_i, model_f, work, q, dq, tau, ddq):
+    """`aba` on packed buffers: the same kernel, 7 arguments (a cheaper call from Python).
+
+    model_i: int64 [parent (nb); jtype (nb)]; model_f: float64 in MODEL_LAYOUT then MODEL_TAIL
+    order (E_tree, r_tree, inertia, armature, f_ext per body; gravity); work: float64 in
+    WORK_LAYOUT then WORK_TAIL order. `plants.manipulator.chain.Chain` owns such buffers (its
+    named arrays are views into them). Units as `aba`.
+    """
+    nb = q.size
+    parent = model_i[:nb]
+    jtype = model_i[nb:2 * nb]
+    o = 0
+    E_tree = model_f[o:o + 9 * nb].reshape((nb, 3, 3))
+    o += 9 * nb
+    r_tree = model_f[o:o + 3 * nb].reshape((nb, 3))
+    o += 3 * nb
+    inertia = model_f[o:o + 36 * nb].reshape((nb, 6, 6))
+    o += 36 * nb
+    armature = model_f[o:o + nb]
+    o += nb
+    f_ext = model_f[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    gravity = model_f[o:o + 3]
+    o = 0
+    E = work[o:o + 9 * nb].reshape((nb, 3, 3))
+    o += 9 * nb
+    r = work[o:o + 3 * nb].reshape((nb, 3))
+    o += 3 * nb
+    v = work[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    c = work[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    pA = work[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    IA = work[o:o + 36 * nb].reshape((nb, 6, 6))
+    o += 36 * nb
+    U = work[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    D = work[o:o + nb]
+    o += nb
+    u = work[o:o + nb]
+    o += nb
+    acc = work[o:o + 6 * nb].reshape((nb, 6))
+    o += 6 * nb
+    T = work[o:o + 54].reshape((6, 3, 3))
+    o += 54
+    tmp = work[o:o + 6]
+    aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f_ext, ddq,
+        E, r, v, c, pA, IA, U, D, u, acc, T, tmp)
+
+
+@njit(cache=True, nogil=True)
+def aba_batch(parent, jtype, E_tree, r_tree, inertia, armature, gravity, Q, dQ, TAU, f_ext, DDQ,
+              E, r, v, c, pA, IA, U, D, u, acc, T, tmp):
+    """`aba` over N states in one call: row k of DDQ (N, nb) = FD(Q[k], dQ[k], TAU[k], f_ext).
+
+    Q, dQ, TAU: (N, nb) in the units of `aba`; f_ext (nb, 6) is shared by every state. One
+    Python call for N states (a batch of rollouts or a sampling-based planner's candidates),
+    serially on the same work arrays; nothing is allocated.
+    """
+    for k in range(Q.shape[0]):
+        aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, Q[k], dQ[k], TAU[k], f_ext, DDQ[k],
+            E, r, v, c, pA, IA, U, D, u, acc, T, tmp)
 
 
 @njit(cache=True, nogil=True)

@@ -39,6 +39,22 @@ def test_benchmark_tables_quote_the_result_files(tmp_path):
     assert "Unreadable result file" in md.split("### `broken`")[1].split("###")[0]
 
 
+def test_results_py_files_show_their_headline_rows_and_conditions(tmp_path):
+    from hil.docgen.bench import results_markdown
+
+    (tmp_path / "manipulator_speed.json").write_text(json.dumps({
+        "meta": {"benchmark": "manipulator_speed", "date_utc": "2026-12-02 15:00 UTC",
+                 "machine": {"cores": 2, "load_average_1_5_15": [3.1, 2.0, 1.5]}, "versions": {"pin": "3.4.0"}},
+        "result": {"headline": [{"figure": "ABA called from Python, per call", "hil": 5.2, "peer": 3.4,
+                                 "peer_name": "pin.aba from Python", "ratio": 0.654, "unit": "us",
+                                 "goal": "ratio >= 1", "met": False}],
+                   "step_us": 19.1}}))
+    md = results_markdown(tmp_path)
+    assert "| ABA called from Python, per call | 5.2 us | 3.4 us (pin.aba from Python) | 0.654 | ratio >= 1 | **no** |" in md
+    assert "| date_utc | 2026-12-02 15:00 UTC |" in md and "| versions.pin | 3.4.0 |" in md
+    assert "| `step_us` | 19.1 |" in md and "`headline" not in md
+
+
 def test_scenario_reference_lists_every_section_and_key():
     from hil import config
     from hil.docgen.config_ref import scenario_reference_markdown

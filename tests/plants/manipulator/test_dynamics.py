@@ -62,6 +62,50 @@ def test_aba_matches_pinocchio_on_1000_random_states(chain, pin_model):
     assert worst < 1e-9
 
 
+def test_aba_batch_equals_one_call_per_state_and_pinocchio(chain, pin_model):
+    data = pin_model.createData()
+    q, dq, tau = random_states(chain.tree, 50, seed=3)
+    DDQ = np.full((50, chain.nb), np.nan)
+    chain.aba_batch(q, dq, tau, DDQ)
+    one = np.zeros(chain.nb)
+    for k in range(50):
+        np.testing.assert_array_equal(DDQ[k], chain.aba(q[k], dq[k], tau[k], one))  # same kernel, bit for bit
+        assert np.abs(DDQ[k] - pin.aba(pin_model, data, q[k], dq[k], tau[k])).max() < 1e-9
+
+
+def test_packed_call_is_the_same_kernel_on_the_same_arrays():
+    from plants.manipulator import dynamics as dyn
+
+    ch = Chain(load_panda(), armature=np.linspace(0.1, 0.7, 7), gravity=np.array([0.3, -0.2, -9.7]))
+    q, dq, tau = random_states(ch.tree, 20, seed=4)
+    ch.f_ext[6] = [0.1, -0.2, 0.3, 4.0, -5.0, 6.0]  # written through the named view
+    w = ch.ws
+    for k in range(20):
+        packed = ch.aba(q[k], dq[k], tau[k], np.zeros(7))  # no f_ext given: the 7-argument call
+        ref = np.zeros(7)
+        dyn.aba(ch.parent, ch.jtype, ch.E_tree, ch.r_tree, ch.inertia, ch.armature, ch.gravity, q[k], dq[k], tau[k],
+                ch.f_ext.copy(), ref, w.E, w.r, w.v, w.c, w.pA, w.IA, w.U, w.D, w.u, w.acc, ch.T, ch.tmp)
+        np.testing.assert_array_equal(packed, ref)
+    # the named arrays are views of the packed buffers
+    assert np.shares_memory(ch.f_ext, ch.model_f) and np.shares_memory(ch.gravity, ch.model_f)
+    assert np.shares_memory(w.IA, w.buf) and np.shares_memory(ch.T, w.buf)
+    assert ch.model_f.size == dyn.packed_size(7, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL)
+
+
+def test_a_non_finite_input_still_reaches_ddq(chain):
+    """aba is compiled with fast-math flags that assume nothing about NaN/inf (ABA_FASTMATH)."""
+    from plants.manipulator import dynamics as dyn
+
+    assert not {"nnan", "ninf", "fast"} & set(dyn.ABA_FASTMATH)
+    q, dq, tau = random_states(chain.tree, 1, seed=5)
+    for arr, val in ((q, np.nan), (dq, np.inf), (tau, np.nan)):
+        a = arr[0].copy()
+        arr[0, 3] = val
+        ddq = chain.aba(q[0], dq[0], tau[0], np.zeros(chain.nb))
+        arr[0] = a
+        assert not np.isfinite(ddq).all()
+
+
 def test_aba_matches_the_crba_rnea_route(chain, pin_model):
     """Second reference: ddq = M^-1 (tau - C dq - g) with Pinocchio's CRBA and RNEA."""
     data = pin_model.createData()

@@ -1,0 +1,19 @@
+"""benchmarks/gym_speed.py: the goal is evaluated from CPU time per instance-step (no timing asserted)."""
+
+import pytest
+
+from .conftest import run_quick
+
+
+@pytest.mark.timeout(600)
+def test_quick_run_evaluates_the_cpu_goal():
+    res = run_quick("gym_speed")
+    cpu = res["cpu_us_per_instance_step"]
+    assert set(cpu) == {"vector_1024", "kernel_serial_1024", "python_loop"}
+    assert all(len(v["repeats"]) >= 3 and v["median"] > 0 for v in cpu.values())
+    assert res["timing"]["warmup_call"] is True
+    assert res["goal_us_per_instance_step"] == 2.0
+    assert res["goals_met"] == {"cpu_us_per_instance_step": cpu["vector_1024"]["median"] <= 2.0}
+    assert res["goal_met"] is res["goals_met"]["cpu_us_per_instance_step"]
+    assert "goal_1e6_met" not in res  # no goal from a load-dependent wall rate
+    assert res["quick"] is True  # so results.py refuses to publish it
