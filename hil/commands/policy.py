@@ -112,14 +112,24 @@ def mark_cmd(directory, version, known_good) -> None:
 @command.command("check")
 @click.argument("config", type=click.Path(dir_okay=False, exists=True))
 @click.option("--version", default=None)
-def check_cmd(config, version) -> None:
-    """Load the scenario's policy and run it once on the nominal observation."""
+@click.option("--policy", "policy_dir", default=None, type=click.Path(file_okay=False, exists=True),
+              help="A versioned policy directory to check instead of the scenario's [policy] (no copy of "
+                   "the scenario needed).")
+def check_cmd(config, version, policy_dir) -> None:
+    """Load the scenario's policy (or --policy DIR) and run it once on the nominal observation."""
+    import os
+
     import numpy as np
 
     from hil.bus import Receiver, Sender, payload_schema
     from hil.policy.runner import PolicyRunner
 
     sc = _load(config)
+    if policy_dir is not None:
+        if sc.policy is None:
+            raise click.ClickException(f"{config} has no [policy] section (features and actions come from it)")
+        pol = sc.policy.model_copy(update={"directory": os.path.abspath(policy_dir), "entry": "", "onnx": ""})
+        sc = sc.model_copy(update={"policy": pol})
     try:
         r = PolicyRunner(sc, config, version)
     except ValueError as exc:
