@@ -46,6 +46,9 @@ class HilEnv(gym.Env):
         self.scenario_path = scenario_path
         self.action_names = m.action_names
         self.feature_names = m.feature_names
+        # the order of the action and observation vectors, for tools that read env metadata
+        self.metadata = {**type(self).metadata, "action_names": list(m.action_names),
+                         "observation_names": list(m.feature_names)}
         self.action_space = spaces.Box(m.a_lo.copy(), m.a_hi.copy(), dtype=np.float64)
         n_f = len(m.feature_names)
         self.observation_space = spaces.Box(-np.inf, np.inf, (n_f,), dtype=np.float64)

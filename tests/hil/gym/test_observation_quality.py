@@ -115,3 +115,12 @@ def test_make_refuses_a_safety_dict_and_unknown_overrides_by_name():
     env = hil.gym.make(CONFIG, safety=True, overrides={"safety": {"mode": "shadow"}}, episode_s=60.0)
     assert env.unwrapped.model.scenario.safety.mode == "shadow"
     assert math.isfinite(env.reset(seed=0)[0].sum())
+
+
+def test_the_spaces_order_is_in_the_metadata():
+    env = hil.gym.make(CONFIG, episode_s=60.0)
+    venv = hil.gym.make_vec(CONFIG, 2, episode_s=60.0, parallel=False)
+    for e in (env, venv):
+        assert e.metadata["action_names"] == e.action_names and len(e.action_names) == e.action_space.shape[-1]
+        assert e.metadata["observation_names"] == e.feature_names
+    assert venv.metadata["autoreset_mode"] is not None  # gymnasium's own key kept
