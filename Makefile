@@ -11,7 +11,8 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[test,bench,docs]"
+	$(BIN)/pip install -q "torch==2.13.0"  # CPU build for the rl extra (see pyproject.toml)
+	$(BIN)/pip install -q -e ".[test,bench,docs,rl]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -239,6 +239,7 @@ SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
     "gym": ("hil.gym.config", "GymSection"),
 }
 assert set(SUBSYSTEM_SECTIONS) == set(Scenario.NUMBERS_CHECKED_ELSEWHERE)
+SCENARIO_SECTIONS: tuple[str, ...] = tuple(Scenario.model_fields)  # the top-level tables of a scenario file
 
 
 def _format_loc(loc: tuple) -> str:

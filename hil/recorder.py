@@ -128,6 +128,10 @@ class Recorder:
 
     def __init__(self, directory: str | Path, columns: list[str], meta: dict, *, flush_interval_s: float = 1.0,
                  capacity: int = 1 << 16, block_when_full: bool = False):
+        if START_METHOD == "spawn":
+            from hil.spawn_guard import check_main_guard
+
+            check_main_guard("the recorder")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.columns = columns

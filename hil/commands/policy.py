@@ -109,17 +109,55 @@ def mark_cmd(directory, version, known_good) -> None:
     click.echo(f"{version}: known_good = {known_good}")
 
 
+@command.command("import")
+@click.argument("model", type=click.Path(dir_okay=False, exists=True))
+@click.argument("config", type=click.Path(dir_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Policy directory (v1, v2, ...).")
+@click.option("--vecnormalize", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="The VecNormalize saved with the model (its observation statistics are folded in).")
+@click.option("--algo", default="auto", show_default=True, help="PPO, A2C, SAC, TD3, DDPG or auto.")
+@click.option("--version", default=None, help="Version to write (default: the next one).")
+@click.option("--rollout-steps", type=int, default=2000, show_default=True,
+              help="Env steps of the imported policy whose features give the Mahalanobis statistics.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--known-good", is_flag=True, help="Record as known-good (default: a candidate).")
+@click.option("--notes", default="")
+def import_cmd(model, config, out, vecnormalize, algo, version, rollout_steps, seed, known_good, notes) -> None:
+    """Import a Stable-Baselines3 model (.zip) trained on CONFIG's gym env as a policy version."""
+    from hil.policy.importer import ImportRefused, import_sb3
+
+    sc = _load(config)
+    if sc.gym is None:
+        raise click.ClickException(f"{config} has no [gym] section: features and actions come from its env")
+    try:
+        vdir = import_sb3(model, sc, out, vecnormalize_path=vecnormalize, algo=algo, version=version,
+                          rollout_steps=rollout_steps, seed=seed, known_good=known_good, notes=notes)
+    except ImportRefused as exc:
+        raise click.ClickException(f"cannot import {model}: {exc}") from None
+    click.echo(f"{vdir}: kind mlp, {'known-good' if known_good else 'candidate'}")
+
+
 @command.command("check")
 @click.argument("config", type=click.Path(dir_okay=False, exists=True))
 @click.option("--version", default=None)
-def check_cmd(config, version) -> None:
-    """Load the scenario's policy and run it once on the nominal observation."""
+@click.option("--policy", "policy_dir", default=None, type=click.Path(file_okay=False, exists=True),
+              help="A versioned policy directory to check instead of the scenario's [policy] (no copy of "
+                   "the scenario needed).")
+def check_cmd(config, version, policy_dir) -> None:
+    """Load the scenario's policy (or --policy DIR) and run it once on the nominal observation."""
+    import os
+
     import numpy as np
 
     from hil.bus import Receiver, Sender, payload_schema
     from hil.policy.runner import PolicyRunner
 
     sc = _load(config)
+    if policy_dir is not None:
+        if sc.policy is None:
+            raise click.ClickException(f"{config} has no [policy] section (features and actions come from it)")
+        pol = sc.policy.model_copy(update={"directory": os.path.abspath(policy_dir), "entry": "", "onnx": ""})
+        sc = sc.model_copy(update={"policy": pol})
     try:
         r = PolicyRunner(sc, config, version)
     except ValueError as exc:

@@ -40,9 +40,11 @@ class BadInput(click.ClickException):
 @click.option("--unit", default="", help="Identifier of the physical unit the logs come from (read by hil audit).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Fitted TOML to write.")
 @click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
+@click.option("--windows", type=int, default=6, show_default=True,
+              help="Windows per run for the re-estimation of --params along each run (trend findings); 0: off.")
 def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, noise_outputs, shooting_h,
             profile_param, residual_states, residual_features, holdout, world_model, horizon, unit, out,
-            no_plots) -> None:
+            no_plots, windows) -> None:
     """Fit plant parameters, noise profiles and spread to logs of the real unit."""
     from pathlib import Path
 
@@ -86,9 +88,9 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
     pooled = problem.fit(shooting_s=shooting_h * 3600.0 if shooting_h else None)
     per_run = sysid.per_run_fits(problem, pooled) if len(runs) > 1 else [pooled]
     spread = sysid.spread_ranges(problem, pooled, per_run)
-    findings = sysid.identifiability(pooled)
     prof = problem.profile_interval(pooled, profile_param) if profile_param else None
     sims = problem.simulate(_theta(problem, pooled))
+    findings, warnings = what_the_model_lacks(problem, pooled, per_run, sims, names, windows)
     nouts = noise_outputs.split(",") if noise_outputs else sorted(
         set().union(*[r.measured_outputs(spec) for r in runs]))
     profiles = noise.fit_noise_profiles(runs, sims, spec, nouts)
@@ -109,7 +111,7 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         model.save(npz)
         residual["file"] = Path(npz).name
     doc = report.fitted_document(problem, pooled, per_run, spread, profiles, findings, unit=unit,
-                                 profile=prof, residual=residual)
+                                 profile=prof, residual=residual, warnings=warnings)
     if world_model:
         from hil.calibration import worldmodel
 
@@ -130,12 +132,32 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"))
         doc["sysid"]["residual_plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
     report.write_fitted(out, doc)
-    report.print_summary(click.echo, pooled, per_run, findings, profiles, prof)
+    report.print_summary(click.echo, pooled, per_run, findings, profiles, prof, warnings=warnings)
     if residual:
         for n in residual["rmse_without"]:
             click.echo(f"residual model, {residual['evaluated_on']}, {n}: weighted RMS "
                        f"{residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f}")
     click.echo(f"wrote {out}")
+
+
+def what_the_model_lacks(problem, pooled, per_run, sims, params, windows: int) -> tuple[list[dict], list[str]]:
+    """Findings (hil/calibration/sysid.py identifiability and hil/calibration/findings.py:
+    bounds with the direction of the pull, run-to-run spread beyond the intervals, residuals
+    correlated with extra columns or logged events, trends of the windowed re-estimation)
+    and warnings (unlogged states that matter)."""
+    from hil.calibration import findings as lacks
+    from hil.calibration import sysid
+
+    out = [f for f in sysid.identifiability(pooled) if f["kind"] != "at_bound"]  # said with its pull below
+    out += lacks.bound_findings(problem, pooled)
+    if len(per_run) > 1:
+        out += lacks.spread_findings(pooled, per_run)
+    out += lacks.correlation_findings(problem, sims)
+    if windows > 0:
+        unit = {p: problem.spec.quantity("params", p).unit for p in params}
+        out += lacks.trend_findings(lacks.windowed_estimates(problem, pooled, params, n_windows=windows),
+                                    unit_of=lambda p: unit.get(p, ""))
+    return out, lacks.unlogged_state_warnings(problem, pooled)
 
 
 def _theta(problem, pooled):

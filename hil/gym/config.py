@@ -9,6 +9,11 @@
     limits = { dissolved_oxygen = [5.0, 150.0] }   # true output or state outside: `terminated`
     terminal_reward = -100.0           # added on the step that terminates
     state_bounds = true                # a state outside its physical bounds terminates too
+    bad_observation = "hold"           # what a Bad (dropped-out, NaN) measured output becomes in the
+                                       # observation: "hold" its last good value, "substitute"
+                                       # ([gym].bad_substitute, the others held) or "nan" (the bus's
+                                       # raw convention; a learner's statistics will see NaN)
+    bad_substitute = { ph = 7.0 }      # plant units, with bad_observation = "substitute"
 
 Validated like every section (ConfigError with the key path): unknown keys, names that are no
 signal of the plant, an expression outside the grammar, empty or inverted limits.
@@ -18,6 +23,7 @@ Importing this module does not import gymnasium (scenarios validate without the 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -33,6 +39,11 @@ class GymSection(StrictModel):
         default_factory=dict, description="true output/state name -> [low, high] in plant units; outside: terminated")
     terminal_reward: float = Field(default=0.0, description="reward added on the terminating step")
     state_bounds: bool = Field(default=True, description="a state outside its spec bounds terminates the episode")
+    bad_observation: Literal["hold", "substitute", "nan"] = Field(
+        default="hold", description="a Bad (NaN) measured output in the observation: hold its last good value, "
+                                    "a bad_substitute value, or NaN")
+    bad_substitute: dict[str, float] = Field(
+        default_factory=dict, description="measured output -> value (plant units) with bad_observation = 'substitute'")
 
     @field_validator("episode_s", "terminal_reward")
     @classmethod
@@ -65,6 +76,12 @@ class GymSection(StrictModel):
                 problems.append((key, f"{spec.name} has no output or state {name!r}"))
             if not (lo <= hi) or math.isnan(lo) or math.isnan(hi):
                 problems.append((key, f"[{lo}, {hi}] is not an interval (low <= high)"))
+        for name in self.bad_substitute:
+            if name not in spec.names("outputs"):
+                problems.append((f"gym.bad_substitute.{name}", f"{spec.name} has no output {name!r}"))
+        if self.bad_substitute and self.bad_observation != "substitute":
+            problems.append(("gym.bad_substitute", f"given, but bad_observation = {self.bad_observation!r} "
+                                                   "(set it to 'substitute')"))
         if not bus_input_names(scenario, spec):
             problems.append(("gym", "no input has driver = 'bus': the env's action is the bus-driven inputs"))
         steps = self.episode_s / scenario.loop.step_s

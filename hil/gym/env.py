@@ -6,8 +6,9 @@ that no PLC writes to) with the action written into the bus-driven inputs, clipp
 physical bounds (a non-finite action component holds the applied value), through the
 actuation gaps, one plant step, the sensor gaps. The observation is what the policy sees on
 the bus: features over (measured outputs, applied inputs) in [gym].observation order (default
-the bus observation: every measured output, then every applied input). Measured values keep
-the bus's convention: a Bad (dropped-out) output is NaN.
+the bus observation: every measured output, then every applied input). A Bad (dropped-out)
+measured output, NaN on the bus, is held at its last good value by default ([gym].bad_observation:
+"hold", "substitute" or "nan"); `info["bad_outputs"]` says which outputs were Bad (spec order).
 
 Episodes: `reset(seed=s)` starts episode 0 of seed s (same parameter draws, gap streams and
 trajectory as `hil run --lockstep` with loop.seed = s, given the same commands); `reset()`
@@ -17,7 +18,8 @@ starts the next episode of the same seed; the first reset without a seed uses lo
 [gym].state_bounds, or a [gym].limits signal outside its interval). `truncated`: the episode
 reached [gym].episode_s. `info`: the true state `x`, true outputs `y`, the command `u_cmd`,
 the applied inputs `u_applied` and `action_applied` (after clip and actuator gaps), the loop's
-clips of this step (`clipped`), the episode's draws (`randomized`, on reset), `t_s`, and,
+clips of this step (`clipped`), the episode's draws (`randomized`, on reset), `seed` and
+`episode_index` (on reset; not `episode`, which gymnasium's RecordEpisodeStatistics writes), `t_s`, and,
 with hil.gym.SafetyWrapper, every intervention.
 """
 
@@ -44,6 +46,9 @@ class HilEnv(gym.Env):
         self.scenario_path = scenario_path
         self.action_names = m.action_names
         self.feature_names = m.feature_names
+        # the order of the action and observation vectors, for tools that read env metadata
+        self.metadata = {**type(self).metadata, "action_names": list(m.action_names),
+                         "observation_names": list(m.feature_names)}
         self.action_space = spaces.Box(m.a_lo.copy(), m.a_hi.copy(), dtype=np.float64)
         n_f = len(m.feature_names)
         self.observation_space = spaces.Box(-np.inf, np.inf, (n_f,), dtype=np.float64)
@@ -103,7 +108,8 @@ class HilEnv(gym.Env):
         self.features = Features(m)
         self.features.build(self.y_meas, self.u_app, self.obs)
         info = {"x": self.x.copy(), "y": self.y.copy(), "u_applied": self.u_app.copy(), "t_s": 0.0,
-                "seed": self._seed, "episode": self._episode, "randomized": dict(self.drawn)}
+                "seed": self._seed, "episode_index": self._episode, "randomized": dict(self.drawn),
+                "bad_outputs": self.features.bad.copy()}
         return self.obs.copy(), info
 
     def step(self, action):
@@ -140,5 +146,6 @@ class HilEnv(gym.Env):
         truncated = (not terminated) and self.k >= m.max_steps
         info = {"x": self.x.copy(), "y": self.y.copy(), "u_cmd": self.u_cmd.copy(),
                 "u_applied": self.u_app.copy(), "action_applied": self.u_app[m.action_index].copy(),
-                "clipped": int(self.counts[0] + self.counts[1]) - c0, "t_s": t_end, "stop": stops}
+                "clipped": int(self.counts[0] + self.counts[1]) - c0, "t_s": t_end, "stop": stops,
+                "bad_outputs": self.features.bad.copy()}
         return self.obs.copy(), reward, terminated, truncated, info

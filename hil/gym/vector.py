@@ -14,7 +14,7 @@ or truncated resets it (next episode of its seed; reward 0, not done) instead of
 `options={"reset_mask": mask}` resets only the masked instances.
 
 info (arrays over the instances): `x` true states, `y` true outputs, `u_applied`, `clipped`
-(loop clips this step), `diverged`, `state_out_of_bounds`, `limit` (bool), `episode`, `seed`,
+(loop clips this step), `diverged`, `state_out_of_bounds`, `limit` (bool), `episode_index`, `seed`, `bad_outputs`,
 `t_s`.
 """
 
@@ -54,6 +54,8 @@ class HilVectorEnv(VectorEnv):
         self.scenario_path = scenario_path
         self.num_envs = N = int(num_envs)
         self.action_names, self.feature_names = m.action_names, m.feature_names
+        self.metadata = {**type(self).metadata, "action_names": list(m.action_names),
+                         "observation_names": list(m.feature_names)}
         n_f = len(m.feature_names)
         self.single_action_space = spaces.Box(m.a_lo.copy(), m.a_hi.copy(), dtype=np.float64)
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (n_f,), dtype=np.float64)
@@ -136,7 +138,7 @@ class HilVectorEnv(VectorEnv):
             self.Aact[i] = g._act_buf
             self.Asen[i] = g._sense_buf
             self.Ymeas[i] = self._ym0
-        self.features.first[rows] = True
+        self.features.forget(rows)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=int(seed) if seed is not None and np.isscalar(seed) else None)
@@ -154,7 +156,8 @@ class HilVectorEnv(VectorEnv):
         self._reset_rows(rows)
         self.autoreset[rows] = False
         self.features.build(self.Ymeas, self.Uapp, self.obs)
-        info = {"seed": self.seeds.copy(), "episode": self.episodes.copy()}
+        info = {"seed": self.seeds.copy(), "episode_index": self.episodes.copy(),
+                "bad_outputs": self.features.bad.copy()}
         return self.obs.copy(), info
 
     # ---- step ----
@@ -210,5 +213,6 @@ class HilVectorEnv(VectorEnv):
         info = {"x": self.X.copy(), "y": self.Y.copy(), "u_applied": self.Uapp.copy(),
                 "clipped": self.counts.sum(axis=1) - c0, "diverged": diverged & self.run,
                 "state_out_of_bounds": out & self.run, "limit": limit & self.run,
-                "episode": self.episodes.copy(), "seed": self.seeds.copy(), "t_s": t_end}
+                "episode_index": self.episodes.copy(), "seed": self.seeds.copy(), "t_s": t_end,
+                "bad_outputs": self.features.bad.copy()}
         return self.obs.copy(), reward, terminated, truncated, info

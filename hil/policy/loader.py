@@ -8,7 +8,8 @@ order of `features`) to an action vector (plant units, in the order of `actions`
   is treated as an ensemble (its members' spread is sent to the safety wrapper).
 - ONNX (optional, needs onnxruntime): first input takes float32 (1, n_features); first output
   is the action; an output named `members`, if present, the (M, n_actions) member actions.
-- a stored version (hil/policy/store.py): kind mlp_ensemble (policy.npz), entry, or onnx.
+- a stored version (hil/policy/store.py): kind mlp_ensemble (policy.npz), mlp (an imported network,
+  hil/policy/mlp.py), entry, or onnx.
 """
 
 from __future__ import annotations
@@ -102,6 +103,13 @@ def load_version(store: PolicyStore, version: str) -> LoadedPolicy:
             raise ValueError(f"{path}: weights do not match {len(features)} features / {len(actions)} actions")
         pol = LoadedPolicy(version, kind, features, actions, ens.act, ens.act_members, meta,
                            action_is_member_mean=True)
+    elif kind == "mlp":
+        from hil.policy.mlp import MLPPolicy
+
+        net = MLPPolicy.load(path / meta.get("file", "policy.npz"))
+        if net.n_features != len(features) or net.n_actions != len(actions):
+            raise ValueError(f"{path}: the network does not match {len(features)} features / {len(actions)} actions")
+        pol = LoadedPolicy(version, kind, features, actions, net.act, None, meta)
     elif kind == "entry":
         pol = load_entry(meta["entry"], features, actions, version)
     elif kind == "onnx":

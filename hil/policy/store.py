@@ -3,8 +3,8 @@
 A version directory holds `meta.json` and the files it names:
 
     {"format": "hil-policy", "format_version": 1, "version": "v2", "plant": "bioreactor",
-     "kind": "mlp_ensemble" | "entry" | "onnx",
-     "file": "policy.npz" (mlp_ensemble, onnx) | "entry": "module:attribute" (entry),
+     "kind": "mlp_ensemble" | "mlp" | "entry" | "onnx",
+     "file": "policy.npz" (mlp_ensemble, mlp, onnx) | "entry": "module:attribute" (entry),
      "features": [...], "actions": [...],          # signal names (see hil/policy/features.py)
      "stats": "stats.npz",                        # training statistics: mean, cov of features
      "known_good": true, "created_utc": "...", "notes": "...", "training": {...}}

@@ -61,7 +61,7 @@ def test_episode_is_reproducible_from_its_seed_bit_for_bit():
     _, i1 = env.reset()
     env.reset(seed=7)
     _, i1b = env.reset()
-    assert i1["episode"] == 1 and i1["randomized"] == i1b["randomized"] != a[0][1]["randomized"]
+    assert i1["episode_index"] == 1 and i1["randomized"] == i1b["randomized"] != a[0][1]["randomized"]
 
 
 def test_trajectory_matches_the_lockstep_runtime_recording(tmp_path):
