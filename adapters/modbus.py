@@ -219,6 +219,8 @@ class _Handler(ServerRequestHandler):
             response = ExceptionResponse(fc, ExcCodes.ILLEGAL_FUNCTION)
         elif pdu.dev_id not in ds.unit_ids:
             response = ExceptionResponse(fc, ExcCodes.GATEWAY_NO_RESPONSE)
+        elif not ds.published():  # before the loop's first publish: no placeholder values, no writes
+            response = ExceptionResponse(fc, ExcCodes.DEVICE_BUSY)
         elif fc == 23 and isinstance(bad := ds.check_read(23, pdu.read_address, pdu.read_count), ExcCodes):
             response = ExceptionResponse(fc, bad)  # FC23 refuses before writing anything
         else:

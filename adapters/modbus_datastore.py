@@ -31,7 +31,7 @@ import time
 
 from pymodbus.constants import ExcCodes
 
-from hil.image import ProcessImage
+from hil.image import H_OUT_SEQ, ProcessImage
 from hil.tagmap.modbus import BIT_TABLES, CompiledMap, Tag
 
 FC_TABLE = {1: "coil", 5: "coil", 15: "coil", 2: "discrete_input", 4: "input_register",
@@ -68,6 +68,11 @@ class ImageDatastore:
 
     def device_ids(self) -> list[int]:
         return sorted(self.unit_ids)
+
+    def published(self) -> bool:
+        """The loop has published outputs at least once (its initial publish, before any
+        step): until then there is nothing true to serve and no loop to take a write."""
+        return int(self.image.header[H_OUT_SEQ]) > 0
 
     # ---- pymodbus datastore contract ----
     async def async_getValues(self, device_id: int, func_code: int, address: int, count: int = 1):

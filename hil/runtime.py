@@ -391,6 +391,9 @@ class Runtime:
         summary = RunSummary(self.scenario.name, "lockstep" if self.lockstep else "realtime", "stopped",
                              "duration reached", period_s=0.0 if self.lockstep else self.scenario.loop.period_s)
         try:
+            # the initial outputs (t = 0) are in the image before any server starts: a client
+            # never reads placeholders (Modbus answers 06 busy until this publish)
+            self._publish_initial()
             self._start_children()
             if on_started is not None:
                 on_started(self)
@@ -399,7 +402,6 @@ class Runtime:
             self.gc.begin()  # its full collection at normal priority, before SCHED_FIFO
             self._raise_priority()
             summary.extra["scheduling"] = self.scheduling
-            self._publish_initial()
             self.image.set_loop_state("running")
             self.state = "running"
             self._loop(summary)

@@ -245,6 +245,8 @@ def rig(port: int | None = None, publisher: bool = True, server: bool = True, ti
     image = ProcessImage.create(SPEC.n_inputs, SPEC.n_outputs)
     r = Rig(sc, image)
     try:
+        # as the loop's initial publish (the server answers 06, busy, before any)
+        image.publish(np.zeros(SPEC.n_outputs), np.zeros(SPEC.n_inputs), 0, 0.0)
         if publisher:
             r.start_publisher(time_scale=time_scale)
         if server:

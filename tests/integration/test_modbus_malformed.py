@@ -9,6 +9,7 @@ sends a raw PDU and is used as a client we did not write.)
 import socket
 import struct
 
+import numpy as np
 import pytest
 from pyModbusTCP.client import ModbusClient
 
@@ -107,3 +108,27 @@ def test_pipelined_malformed_requests_are_answered_in_order():
         assert answers == [(1, _req(6, 4, 300)), (2, bytes([0x85, 0x03])),
                            (3, bytes([3, 2, 0x01, 0x2C])), (4, bytes([0x90, 0x03]))]
         assert rig.image.read_inputs()[H.SPEC.index("inputs", "pump")] == 0.0
+
+
+def test_before_the_loops_first_publish_every_request_answers_busy_and_writes_nothing():
+    """Until the loop publishes its initial outputs there is nothing true to serve: reads and
+    writes answer SERVER DEVICE BUSY (0x06), never placeholder values, and nothing is written."""
+    from hil.image import ProcessImage
+
+    image = ProcessImage.create(H.SPEC.n_inputs, H.SPEC.n_outputs)
+    r = H.Rig(H.scenario(H.free_port()), image)
+    try:
+        r.start_server()
+        s = socket.create_connection(("127.0.0.1", r.sc.modbus.port), timeout=5)
+        try:
+            for tid, pdu in enumerate((_req(3, 0, 2), _req(4, 0, 2), _req(1, 0, 1), _req(5, 0, 0xFF00),
+                                       _req(6, 4, 500), _req(16, 4, 1, 2, 500, fmt="HHBH")), 1):
+                assert _ask(s, tid, pdu) == bytes([pdu[0] | 0x80, 0x06]), pdu
+            assert int(image.header[H_IN_WRITES]) == 0 and image.read_inputs()[PUMP] == 0.0
+            image.publish(np.zeros(H.SPEC.n_outputs), np.zeros(H.SPEC.n_inputs), 0, 0.0)  # the initial publish
+            assert _ask(s, 20, _req(5, 0, 0xFF00)) == _req(5, 0, 0xFF00)
+            assert image.read_inputs()[PUMP] == 1.0
+        finally:
+            s.close()
+    finally:
+        r.close()
