@@ -16,7 +16,6 @@ lateness_us), which `hil campaign replay` compares bit for bit.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hil.atomic import write_json_atomic
 from hil.campaign.expand import RunSpec
 from hil.campaign.schema import Campaign, controller_of, load_scenario_ref
 
@@ -180,10 +180,7 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
 
 
 def write_result(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, default=_json_default, allow_nan=True))
-    os.replace(tmp, path)
+    write_json_atomic(path, result, default=_json_default)
 
 
 def _json_default(o):
