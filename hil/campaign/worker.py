@@ -28,6 +28,7 @@ import numpy as np
 from hil.atomic import write_json_atomic
 from hil.campaign.expand import RunSpec
 from hil.campaign.schema import Campaign, controller_of, load_scenario_ref
+from hil.ports import check_ports, with_free_ports
 
 NONDETERMINISTIC = ("wall_ns", "lateness_us")
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
@@ -41,15 +42,16 @@ def run_paths(out_dir: Path, run_id: str) -> tuple[Path, Path]:
     return Path(out_dir) / "runs" / run_id, Path(out_dir) / "results" / f"{run_id}.json"
 
 
-def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, realtime: bool) -> dict:
+SERVER_SECTIONS = ("modbus", "opcua")
+
+
+def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, ports: list[int]) -> dict:
+    """ports: one per server section of sc0 (real time; empty in lockstep)."""
     extra: dict = {"loop": {"seed": int(run.seed)},
                    "recording": {"decimate": decimate_of(c, run), "enabled": True}}
-    if realtime:  # every run its own ports: parallel runs never collide
-        from hil.campaign.realtime import free_port
-
-        for section in ("modbus", "opcua"):
-            if getattr(sc0, section) is not None:
-                extra[section] = {"port": free_port()}
+    servers = [s for s in SERVER_SECTIONS if getattr(sc0, s) is not None]
+    for section, port in zip(servers, ports):  # every run its own ports: parallel runs never collide
+        extra[section] = {"port": port}
     if sc0.bus is not None:
         extra["bus"] = {"transport": "ipc", "ipc_dir": ipc_dir}
     if sc0.safety is not None:
@@ -114,15 +116,23 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
         sc0 = load_scenario_ref(c, ref)  # as declared: the safety envelope criteria hold runs to it
-        extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime)
-        if run.canary:  # a known-bad run: its overrides (e.g. the wrapper's envelope opened) on top
-            from hil.config import _deep_merge
-            from hil.campaign.schema import scenario_overrides
 
-            over = scenario_overrides(c.canaries[run.canary])
-            _deep_merge(over, extra)
-            extra = over
-        sc = load_scenario_ref(c, ref, extra=extra)
+        def configure(ports: list[int]):
+            extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, ports)
+            if run.canary:  # a known-bad run: its overrides (e.g. the wrapper's envelope opened) on top
+                from hil.config import _deep_merge
+                from hil.campaign.schema import scenario_overrides
+
+                over = scenario_overrides(c.canaries[run.canary])
+                _deep_merge(over, extra)
+                extra = over
+            sc = load_scenario_ref(c, ref, extra=extra)
+            if realtime:  # a port taken since it was chosen: fresh ones (hil/ports.py)
+                check_ports(sc, servers=True, bus=False)
+            return sc
+
+        n_ports = sum(getattr(sc0, s) is not None for s in SERVER_SECTIONS) if realtime else 0
+        sc = with_free_ports(configure, n_ports)
         controller = controller_of(ref, sc)
         runtime = Runtime(sc, lockstep=not realtime, duration_s=run.run_duration_s, record=True,
                           record_path=str(run_dir / "rec"), start_servers=realtime,
