@@ -263,7 +263,7 @@ def _check_fault_for(c: Campaign, f: dict, path: str, s: ScenarioRef, sc, module
 
     _check_window(f, path, source)
     try:
-        check_fault(f, path, module.SPEC, module)
+        check_fault(f, path, sc.plant.load().spec, module)  # the scenario's spec: built from a model file too
     except ConfigError as exc:
         raise ConfigError(exc.path, exc.reason, source=source) from None
     kind = f.get("kind")
