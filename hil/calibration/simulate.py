@@ -22,6 +22,8 @@ from numba import njit
 
 from hil.loop.step import advance_ode, correct_stage, outputs_ode
 
+BAD_RESIDUAL = 1e3  # the residual (in sigmas) of a sample the simulation could not compute (non-finite)
+
 
 @lru_cache(maxsize=None)
 def simulator_for(module):

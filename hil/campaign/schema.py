@@ -299,6 +299,13 @@ def applies(fault: dict, scenario_name: str) -> bool:
     return only is None or scenario_name in only
 
 
+def decimate_of(c: Campaign, run) -> int:
+    """Recorded rows per step of a run (hil/campaign/expand.py RunSpec): its scenario's
+    record_decimate, else the campaign's."""
+    ref = next(s for s in c.scenarios if s.name == run.scenario)
+    return int(ref.record_decimate or c.campaign.record_decimate)
+
+
 def controller_of(ref: ScenarioRef, sc) -> str:
     if ref.controller != "auto":
         return ref.controller

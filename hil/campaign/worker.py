@@ -15,7 +15,6 @@ lateness_us), which `hil campaign replay` compares bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import shutil
@@ -27,10 +26,10 @@ import numpy as np
 
 from hil.atomic import write_json_atomic
 from hil.campaign.expand import RunSpec
-from hil.campaign.schema import Campaign, controller_of, load_scenario_ref
+from hil.campaign.digest import NONDETERMINISTIC, recording_digest  # noqa: F401  (re-exported)
+from hil.campaign.schema import Campaign, controller_of, decimate_of, load_scenario_ref
 from hil.ports import check_ports, with_free_ports
 
-NONDETERMINISTIC = ("wall_ns", "lateness_us")
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
 
 
@@ -58,11 +57,6 @@ def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0
         extra["safety"] = {"decision_log": str(run_dir / "safety-decisions.jsonl"),
                            "status_path": str(run_dir / "safety-status.json")}
     return extra
-
-
-def decimate_of(c: Campaign, run: RunSpec) -> int:
-    ref = next(s for s in c.scenarios if s.name == run.scenario)
-    return int(ref.record_decimate or c.campaign.record_decimate)
 
 
 def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None):
@@ -201,14 +195,3 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     return str(o)
-
-
-def recording_digest(df) -> str:
-    """sha256 over the deterministic columns (name + float64 bytes), in column order."""
-    h = hashlib.sha256()
-    for col in df.columns:
-        if col in NONDETERMINISTIC:
-            continue
-        h.update(col.encode())
-        h.update(np.ascontiguousarray(df[col].to_numpy(dtype=np.float64)).tobytes())
-    return h.hexdigest()

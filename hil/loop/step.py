@@ -225,10 +225,12 @@ class LoopStep:
         self.fused = is_compiled(model.step) and is_compiled(model.outputs)
         self.hooks = None
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
+        self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
 
     def rebind(self) -> None:
-        """Forget the bound entry point: call after replacing an array the step reads (the
-        next fused step types the arguments again)."""
+        """Forget the bound entry point: call after replacing an array the step reads by one
+        of another dtype, dimension or layout (the next fused step types the arguments
+        again). A plant kernel or `aux` replaced is noticed without it."""
         self._entry = None
 
     def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
@@ -278,9 +280,12 @@ class LoopStep:
         if self.fused and self.hooks is None:
             args = self._fused_args(k, wall_ns, late_us)
             entry = self._entry
-            if entry is None:
+            model = self.plant.model
+            if entry is None or self._bound_to[0] is not model.step or self._bound_to[1] is not model.outputs \
+                    or self._bound_to[2] is not self.aux:
                 status = row_step(*args)
                 self._entry = self._bind(args)
+                self._bound_to = (model.step, model.outputs, self.aux)
             else:
                 status = entry(*args)
             self.plant.t = self.tp[0]
@@ -292,7 +297,8 @@ class LoopStep:
         """row_step's compiled entry point for these arguments' types: the same machine code,
         called without the dispatcher's per-call typing of 37 arguments (two of them
         dispatchers: ~30 us a step, benchmarks/loop_overhead.py). The types are those of
-        this instance's arrays, fixed from the first step on (see rebind); None if Numba
+        this instance's arrays, fixed from the first step on (see rebind), and of the
+        plant's kernels (checked by identity every step); None if Numba
         holds no exact match (then every step goes through the dispatcher)."""
         sig = tuple(typeof(a, Purpose.argument) for a in args)
         cres = row_step.overloads.get(sig)
