@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/loop_jitter.py
 	$(BIN)/python benchmarks/plant_speed.py
 	$(BIN)/python benchmarks/gap_cost.py
+	$(BIN)/python benchmarks/loop_overhead.py
 	$(BIN)/python benchmarks/bus_latency.py
 	$(BIN)/python benchmarks/protocol_latency.py
 	$(BIN)/python benchmarks/grid_speed.py

@@ -20,7 +20,7 @@ Human-readable lines go to stderr; the last line of stdout is one JSON object:
     overhead_us                   loop_step_us - plant_step_us
     goal_us                       2.0 (the issue's goal)
     spread                        {"loop_step_us": [min, max], "plant_step_us": [min, max]}
-    steps, repeats
+    steps, repeats, headline      (benchmarks/results.py's table row: the overhead vs the goal)
 
 Usage: python benchmarks/loop_overhead.py [--quick] [--steps N] [--repeats R]
 """
@@ -111,7 +111,10 @@ def main() -> None:
            "overhead_us": round(loop_med - plant_med, 4), "goal_us": GOAL_US,
            "spread": {"loop_step_us": [round(min(loop_us), 4), round(max(loop_us), 4)],
                       "plant_step_us": [round(min(plant_us), 4), round(max(plant_us), 4)]},
-           "steps": n, "repeats": reps, "clock": "thread_time_ns (CPU)"}
+           "steps": n, "repeats": reps, "clock": "thread_time_ns (CPU)",
+           "headline": [{"figure": "loop step beyond the plant step (bioreactor, lockstep, CPU)",
+                         "hil": round(loop_med - plant_med, 4), "unit": " us", "goal": GOAL_US,
+                         "met": bool(loop_med - plant_med <= GOAL_US)}]}
     print(f"overhead {out['overhead_us']:.3f} us per step (goal <= {GOAL_US} us)", file=sys.stderr)
     print(json.dumps(out))
 
