@@ -225,12 +225,14 @@ class LoopStep:
         self.fused = is_compiled(model.step) and is_compiled(model.outputs)
         self.hooks = None
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
+        self._argv: list = []  # its arguments, bound with it
         self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
 
     def rebind(self) -> None:
-        """Forget the bound entry point: call after replacing an array the step reads by one
-        of another dtype, dimension or layout (the next fused step types the arguments
-        again). A plant kernel or `aux` replaced is noticed without it."""
+        """Forget the bound entry point and arguments: call after replacing (not writing
+        into) an array the step reads; the next fused step binds them again. A plant
+        kernel or `aux` replaced is noticed without it. Arrays are bound at the first
+        fused step: replace them before it, or call this."""
         self._entry = None
 
     def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
@@ -278,16 +280,21 @@ class LoopStep:
         (-1 diverged, else the number of states outside their bounds); row holds the
         recording row. Fused unless hooks are set or the plant's step is Python."""
         if self.fused and self.hooks is None:
-            args = self._fused_args(k, wall_ns, late_us)
             entry = self._entry
             model = self.plant.model
             if entry is None or self._bound_to[0] is not model.step or self._bound_to[1] is not model.outputs \
                     or self._bound_to[2] is not self.aux:
+                args = self._fused_args(k, wall_ns, late_us)
                 status = row_step(*args)
                 self._entry = self._bind(args)
+                self._argv = list(args)
                 self._bound_to = (model.step, model.outputs, self.aux)
             else:
-                status = entry(*args)
+                argv = self._argv  # the bound arrays; only the step and the wall-clock figures change
+                argv[4] = k
+                argv[-2] = wall_ns
+                argv[-1] = late_us
+                status = entry(*argv)
             self.plant.t = self.tp[0]
             return status
         return self._staged(k, wall_ns, late_us)
