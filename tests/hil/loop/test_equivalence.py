@@ -30,7 +30,6 @@ What a mode cannot take, and so is not compared:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
