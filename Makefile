@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(RECORD) loop_jitter -- $(BIN)/python benchmarks/loop_jitter.py
 	$(RECORD) plant_speed -- $(BIN)/python benchmarks/plant_speed.py
 	$(RECORD) gap_cost -- $(BIN)/python benchmarks/gap_cost.py
+	$(RECORD) loop_overhead -- $(BIN)/python benchmarks/loop_overhead.py
 	$(RECORD) bus_latency -- $(BIN)/python benchmarks/bus_latency.py
 	$(RECORD) protocol_latency -- $(BIN)/python benchmarks/protocol_latency.py
 	$(RECORD) grid_speed -- $(BIN)/python benchmarks/grid_speed.py

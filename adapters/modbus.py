@@ -70,6 +70,7 @@ from adapters.modbus_datastore import ImageDatastore
 from adapters.modbus_log import ClientStats, RequestLog
 from adapters.modbus_requests import check_request
 from adapters.ratelog import RateLimitedLog
+from hil.atomic import write_json_atomic
 from hil.image import ProcessImage
 from hil.tagmap.modbus import CompiledMap, compile_map, describe_shared_views
 
@@ -341,16 +342,8 @@ async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event |
         await server.shutdown()
         _report(server, request_log_path or section.request_log, stats_path or section.client_stats)
         if summary_path:
-            _write_json(summary_path, final_counters(server))
+            write_json_atomic(summary_path, final_counters(server), indent=1)
     return server
-
-
-def _write_json(path, data: dict) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(p)
 
 
 def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:

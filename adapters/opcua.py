@@ -31,6 +31,7 @@ from adapters import opcua_security
 from adapters.opcua_limits import ConnectionLimits, LimitedServer
 from adapters.opcua_space import MAX_POLL_S, OpcuaAdapter
 from adapters.opcua_writes import GuardedInternalServer
+from hil.atomic import write_json_atomic
 from hil.image import H_PERIOD_NS, ProcessImage
 from hil.tagmap.opcua import OpcuaSection
 
@@ -210,17 +211,8 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_p
                  c["sessions"], c["connections"], c["refused_connections"], c["idle_closed"], c["reads"],
                  c["writes_accepted"], c["writes_refused"] or "none", c["subscriptions"], c["monitored_items"])
         if summary_path:
-            _write_json(summary_path, c)
+            write_json_atomic(summary_path, c, indent=1)
     finally:
         image.close()
 
 
-def _write_json(path, data: dict) -> None:
-    import json
-    from pathlib import Path
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(p)

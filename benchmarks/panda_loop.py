@@ -15,20 +15,17 @@ Human lines on stderr; the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from hil.ports import with_free_ports  # noqa: E402
 
 
 def _run(config: str, wall_s: float, extra: list[str]) -> dict:
@@ -38,6 +35,8 @@ def _run(config: str, wall_s: float, extra: list[str]) -> dict:
         if "policy" in config:
             args += ["--set", f"safety.decision_log='{tmp}/safety.jsonl'"]
         proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=wall_s + 300)
+        if proc.returncode != 0 and "already in use" in proc.stderr:  # taken since chosen: fresh ports
+            raise OSError(errno.EADDRINUSE, proc.stderr[-500:])
         if proc.returncode != 0:
             raise SystemExit(f"{config}: exit {proc.returncode}: {proc.stderr[-2000:]}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -50,8 +49,8 @@ def main() -> None:
     args = ap.parse_args()
     out: dict = {"wall_s": args.wall}
     if args.part in ("loop", "both"):
-        s = _run("panda.toml", args.wall, ["--set", f"modbus.port={_free_port()}",
-                                            "--set", f"opcua.port={_free_port()}"])
+        s = with_free_ports(lambda ports: _run("panda.toml", args.wall, ["--set", f"modbus.port={ports[0]}",
+                                                                         "--set", f"opcua.port={ports[1]}"]), 2)
         steps = max(s["steps"], 1)
         out["loop"] = {"steps": s["steps"], "overruns": s["overruns"],
                        "overruns_per_10k": 1e4 * s["overruns"] / steps, "lateness_us": s["lateness_us"],

@@ -67,6 +67,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hil.ports import free_port  # noqa: E402
 from hil.image import (  # noqa: E402
     H_IN_APPLIED_WRITES, H_IN_WRITE_NS, H_IN_WRITES, H_PERIOD_NS, H_STEP, ProcessImage,
 )
@@ -81,12 +82,6 @@ SUB_WARMUP_S = 0.3  # notifications before this (initial values) are not latency
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stats(values, scale: float = 1.0, nd: int = 3, qs=(50, 99)) -> dict:

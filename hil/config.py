@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hil.errors import ConfigError
 from hil.numbers import MAX_SCENARIO_BYTES, NUMBER_CONFIG, check_numbers, too_many_steps
+from hil.sections import SUBSYSTEM_SECTIONS  # noqa: F401  (re-exported)
 from hil.signal_tables import (  # noqa: F401  (re-exported)
     SIGNAL_TABLES,
     expand_input_groups,
@@ -227,17 +228,7 @@ class Scenario(StrictModel):
 
 SERVER_KINDS = ("modbus", "opcua")  # sections that start a protocol server process
 
-# Subsystem section -> (module, model class). Each owns its schema and checks.
-SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
-    "modbus": ("hil.tagmap.modbus", "ModbusSection"),
-    "opcua": ("hil.tagmap.opcua", "OpcuaSection"),
-    "softplc": ("hil.softplc.config", "SoftPlcSection"),
-    "gaps": ("hil.gaps.config", "GapsSection"),
-    "bus": ("hil.bus_config", "BusSection"),
-    "safety": ("hil.safety.config", "SafetySection"),
-    "policy": ("hil.safety.config", "PolicySection"),
-    "gym": ("hil.gym.config", "GymSection"),
-}
+# Subsystem section -> (module, model class): hil/sections.py. Each owns its schema and checks.
 assert set(SUBSYSTEM_SECTIONS) == set(Scenario.NUMBERS_CHECKED_ELSEWHERE)
 SCENARIO_SECTIONS: tuple[str, ...] = tuple(Scenario.model_fields)  # the top-level tables of a scenario file
 

@@ -39,3 +39,11 @@ class PlantDiverged(RuntimeError):
             f"plant state {state!r} became non-finite at step {step} (t = {sim_time_s:g} s); "
             "run stopped, recording kept up to this step"
         )
+
+
+class RunStopped(Exception):
+    """The loop stops a run on a condition the scenario makes fatal (stop reason, exit code)."""
+
+    def __init__(self, reason: str, message: str, exit_code: int):
+        self.reason, self.message, self.exit_code = reason, message, exit_code
+        super().__init__(message)

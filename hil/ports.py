@@ -225,3 +225,50 @@ def check_ports(scenario, *, servers: bool = True, bus: bool = True, source: str
     if problems:
         raise ConfigError("", problems=problems, source=source)
     return bindings
+
+
+# ---- free ports chosen at run time (campaign runs, the link proxy, benchmarks) ----
+
+MAX_PORT_ATTEMPTS = 5  # fresh ports tried before giving up (a busy loopback, not a config error)
+
+
+def bind_free(host: str = "127.0.0.1") -> socket.socket:
+    """A TCP socket bound to a port the OS chose, held from here on (nobody else can take it):
+    the caller listens on it, or hands the socket to the process that will (a spawned
+    multiprocessing child receives a duplicate). Its port: `sock.getsockname()[1]`."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now, released again: for a listener in another program that binds by
+    number (hil run's servers). Another process may take it before that bind, so the caller
+    checks the bind at start and retries with a fresh port (`with_free_ports`); a listener of
+    our own takes `bind_free` instead."""
+    with bind_free(host) as sock:
+        return sock.getsockname()[1]
+
+
+def with_free_ports(attempt, n: int, host: str = "127.0.0.1", attempts: int = MAX_PORT_ATTEMPTS):
+    """attempt(ports) with n fresh free ports, again with fresh ones while it raises OSError
+    EADDRINUSE or a ConfigError from check_ports (a port taken between the choice and the
+    bind); its result. The last failure propagates."""
+    for i in range(attempts):
+        held = [bind_free(host) for _ in range(n)]  # held together: n distinct ports
+        ports = [s.getsockname()[1] for s in held]
+        for s in held:
+            s.close()
+        try:
+            return attempt(ports)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or i == attempts - 1:
+                raise
+        except ConfigError as exc:
+            if "already in use" not in str(exc) or i == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

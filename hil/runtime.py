@@ -44,7 +44,7 @@ import numpy as np
 from hil import rt
 from hil.clock import LockstepClock, RealtimeClock
 from hil.config import SERVER_KINDS, Scenario
-from hil.errors import ConfigError, PlantDiverged
+from hil.errors import ConfigError, PlantDiverged, RunStopped  # noqa: F401  (RunStopped re-exported)
 from hil.gc_control import LoopGc
 from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch, InputWatch,
                         OutputWatches, StateBounds)
@@ -118,14 +118,6 @@ def _record_dir(scenario: Scenario, override: str | None) -> Path:
     template = override or scenario.recording.path
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     return Path(template.format(scenario=scenario.name, timestamp=stamp))
-
-
-class RunStopped(Exception):
-    """The loop stops a run on a condition the scenario makes fatal (stop reason, exit code)."""
-
-    def __init__(self, reason: str, message: str, exit_code: int):
-        self.reason, self.message, self.exit_code = reason, message, exit_code
-        super().__init__(message)
 
 
 class Runtime:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hil.errors import ConfigError
 from hil.paths import resolve_against
+from hil.sections import SUBSYSTEM_SECTIONS
 
 
 def expand_input_groups(inputs: dict, spec) -> dict:
@@ -156,8 +157,6 @@ def flatten_names(table: dict, keys: frozenset | None, prefix: str = "") -> dict
 def flatten_signal_tables(data: dict) -> dict:
     """`data` with every SIGNAL_TABLES table's nested names joined by dots."""
     import importlib
-
-    from hil.config import SUBSYSTEM_SECTIONS
 
     for mod, _cls in SUBSYSTEM_SECTIONS.values():  # sections register their tables on import
         if mod.split(".")[0] == "hil":

@@ -21,8 +21,7 @@ time unit):
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
 @njit(nogil=True)
@@ -54,30 +53,3 @@ def rk4_step(derivatives, t, x, u, p, dt, n_sub, work):
         for i in range(n):
             x[i] += (h / 6.0) * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
     return t + dt
-
-
-@njit(nogil=True, parallel=True)
-def rk4_step_batch(derivatives, t, X, U, P, dt, n_sub):
-    """Advance N instances in place: X (N, n_states), U (N, n_inputs), P (N, n_params).
-
-    Instances are independent (one parameter set each, e.g. domain randomization) and are
-    spread over the cores with prange. One small work buffer per instance is allocated per
-    call (not per sub-step); call it with many steps' worth of work, not per loop period.
-    """
-    for j in prange(X.shape[0]):
-        work = np.empty((5, X.shape[1]))
-        rk4_step(derivatives, t, X[j], U[j], P[j], dt, n_sub, work)
-
-
-@njit(nogil=True, parallel=True)
-def rk4_run_batch(derivatives, t, X, U, P, dt, n_sub, n_steps):
-    """Advance N instances by n_steps steps of dt each, inputs held; returns nothing.
-
-    The throughput form used by campaigns and the batch benchmark: one work buffer per
-    instance for the whole run.
-    """
-    for j in prange(X.shape[0]):
-        work = np.empty((5, X.shape[1]))
-        tj = t
-        for k in range(n_steps):
-            tj = rk4_step(derivatives, tj, X[j], U[j], P[j], dt, n_sub, work)

@@ -42,7 +42,6 @@ Bad files raise `LogError` naming the file, the column and the (1-based data) ro
 
 from __future__ import annotations
 
-import json
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -460,8 +459,3 @@ def read_runs(paths, spec, column_map: ColumnMap | None = None, initial_inputs=N
         if names.count(r.name) > 1:
             r.name = f"{r.name}#{i}"
     return runs
-
-
-def recording_meta(path: str | Path) -> dict:
-    p = Path(path)
-    return json.loads((p / "_meta.json").read_text()) if p.is_dir() else {}

@@ -1,7 +1,11 @@
-"""Simulate any plant over a logged run: the plant's own Numba kernels, zero-order hold on
-the logged inputs, sub-steps derived from the plant's MAX_SUBSTEP for every (irregular)
-sample interval, prescribed states overwritten before each step, and an optional residual
-correction (hil/calibration/residual.py) applied after each step as in the loop.
+"""Simulate any plant over a logged run: the loop's plant stages (hil/loop/step.py: the
+plant's own kernels through `advance_ode` and `outputs_ode`, then `correct_stage`, the
+residual correction (hil/calibration/residual.py) and the finite-state check, exactly as
+every loop step runs them), zero-order hold on the logged inputs, sub-steps derived from
+the plant's MAX_SUBSTEP for every (irregular) sample interval, prescribed states overwritten
+before each step. What the loop step adds around these stages (the clip, the gaps, the
+recording row) is not part of a log replay: the logged inputs are the applied ones and the
+logged outputs are compared with the true ones.
 
 `simulator_for(module)` compiles one simulation kernel per plant module (closing over its
 `step` and `outputs`); compiled once per process (a few seconds), then each call runs at the
@@ -16,13 +20,16 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from hil.calibration.residual import apply_correction
+from hil.loop.step import advance_ode, correct_stage, outputs_ode
+
+BAD_RESIDUAL = 1e3  # the residual (in sigmas) of a sample the simulation could not compute (non-finite)
 
 
 @lru_cache(maxsize=None)
 def simulator_for(module):
     """A compiled `sim(x0, k0, k1, t_s, U, X_presc, p, Ysim, Xsim, time_unit_s, max_sub,
-    min_sub, W, feat_lo, feat_scale, corr_idx, corr_incr, work, y) -> bool` for this plant module.
+    min_sub, W, feat_lo, feat_scale, corr_idx, corr_incr, work, y, x_lo, x_hi, x_tol, x_out, z, d)
+    -> bool` for this plant module ("ode" form).
 
     Integrates from sample k0 (state x0, modified in place) to sample k1; writes the outputs
     at samples k0..k1-1 into Ysim rows (and k1 too when k1 is the last sample) and the state
@@ -34,7 +41,7 @@ def simulator_for(module):
 
     @njit(nogil=True)
     def sim(x, k0, k1, t_s, U, X_presc, p, Ysim, Xsim, time_unit_s, max_sub, min_sub,
-            W, feat_lo, feat_scale, corr_idx, corr_incr, work, y):
+            W, feat_lo, feat_scale, corr_idx, corr_incr, work, y, x_lo, x_hi, x_tol, x_out, z, d):
         nx = x.size
         n = t_s.size
         last = k1 == n - 1
@@ -44,7 +51,7 @@ def simulator_for(module):
                 if v == v:  # not NaN
                     x[i] = v
             if k < k1 or last:
-                outputs(x, U[k], p, y)
+                outputs_ode(outputs, x, z, d, U[k], p, y, ())
                 for j in range(y.size):
                     Ysim[k, j] = y[j]
                 for i in range(nx):
@@ -55,14 +62,9 @@ def simulator_for(module):
             nsub = int(math.ceil(dt / max_sub * (1.0 - 1e-12)))
             if nsub < min_sub:
                 nsub = min_sub
-            step(t_s[k] / time_unit_s, x, U[k], p, dt, nsub, work)
-            if corr_idx.size:
-                apply_correction(x, U[k], dt, W, feat_lo, feat_scale, corr_idx, corr_incr)
-            ok = True
-            for i in range(nx):
-                if not math.isfinite(x[i]):
-                    ok = False
-            if not ok:
+            advance_ode(step, t_s[k] / time_unit_s, x, z, d, U[k], p, dt, nsub, work, ())
+            if correct_stage(x, U[k], dt, W, feat_lo, feat_scale, corr_idx, corr_incr, x_lo, x_hi, x_tol,
+                             x_out) < 0:  # a state not finite
                 for kk in range(k + 1, k1 + 1):
                     if kk < k1 or last:
                         for j in range(y.size):
@@ -87,6 +89,11 @@ class RunSimulator:
         self.min_sub = 1
         self.work = np.zeros((5, self.spec.n_states))
         self.y = np.zeros(self.spec.n_outputs)
+        # the state check of correct_stage: only its non-finite test matters here (bounds open)
+        nx = self.spec.n_states
+        self.x_lo, self.x_hi = np.full(nx, -np.inf), np.full(nx, np.inf)
+        self.x_tol, self.x_out = np.zeros(nx), np.zeros(nx, dtype=np.int64)
+        self.z, self.d = np.zeros(0), np.zeros(0, dtype=np.int64)
         self.set_correction(correction)
 
     def set_correction(self, correction) -> None:
@@ -113,5 +120,6 @@ class RunSimulator:
         x = np.array(x0, dtype=np.float64)
         ok = self.sim(x, k0, k1, run.t_s, run.U, run.X_presc, p, Ysim, Xsim, self.time_unit_s,
                       self.max_sub, self.min_sub, self.W, self.feat_lo, self.feat_scale,
-                      self.corr_idx, self.corr_incr, self.work, self.y)
+                      self.corr_idx, self.corr_incr, self.work, self.y, self.x_lo, self.x_hi, self.x_tol,
+                      self.x_out, self.z, self.d)
         return Ysim, Xsim, x, bool(ok)

@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from hil.calibration.simulate import RunSimulator
+from hil.calibration.shooting import DEFECT_WEIGHT, multiple_shooting  # noqa: F401  (DEFECT_WEIGHT re-exported)
+from hil.calibration.simulate import BAD_RESIDUAL, RunSimulator
 
-DEFECT_WEIGHT = 100.0
 Z95 = 1.959963984540054
-BAD_RESIDUAL = 1e3
 
 
 def _robust_sigma_from_diffs(y: np.ndarray) -> float:
@@ -201,8 +200,6 @@ class SysIdProblem:
 
     # ---- multiple shooting (hil/calibration/shooting.py) ----
     def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbose: int = 0):
-        from hil.calibration.shooting import multiple_shooting
-
         return multiple_shooting(self, theta0, shooting_s, max_nfev, verbose)
 
     # ---- the fit ----

@@ -268,8 +268,8 @@ def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_inf
     """The run's result dict (see hil/campaign/worker.py). The paired criteria (against the
     no-fault run of the same scenario and seed) are left to hil/campaign/paired.py, which the
     driver runs once both runs are done."""
-    from hil.campaign.schema import PAIRED_KINDS
-    from hil.campaign.worker import recording_digest
+    from hil.campaign.digest import recording_digest
+    from hil.campaign.schema import PAIRED_KINDS, decimate_of
     from hil.recorder import read_recording
 
     rec = summary.get("record_path")
@@ -278,8 +278,6 @@ def evaluate(c, run, sc, runtime, summary: dict, stage, run_dir: Path, extra_inf
         import pandas as pd
 
         df = pd.DataFrame(columns=["step", "t_s"])
-    from hil.campaign.worker import decimate_of
-
     step_s, decimate = runtime.step_s, decimate_of(c, run)
     f = stage.faults[0] if stage.faults else None
     window = (f.start_k, f.end_k) if f is not None else (None, None)

@@ -179,7 +179,7 @@ class _Loader:
 
 def evaluate_pair(c, res: dict, base: dict | None, loader: _Loader | None = None) -> dict:
     """The paired criteria of one result (a dict name -> criterion result), in campaign order."""
-    from hil.campaign.worker import decimate_of
+    from hil.campaign.schema import decimate_of
 
     loader = loader or _Loader(c)
     run = SimpleNamespace(**res["run"])

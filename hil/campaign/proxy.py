@@ -2,7 +2,7 @@
 and a server (hil's Modbus or OPC UA server), as toxiproxy would: the client's own timeouts,
 reconnects and comm-loss handling are what gets exercised.
 
-    proxy = LinkProxy(listen_port, target_host, target_port, seed)   # starts the process
+    proxy = LinkProxy(bind_free(), target_host, target_port, seed)   # starts the process (hil/ports.py)
     proxy.set("delay", delay_s=0.2, jitter_s=0.05)                    # from any thread
     proxy.set("pass")
     counters = proxy.stop()
@@ -124,10 +124,11 @@ class _Proxy:
             await writer.drain()
 
 
-def _main(listen_port: int, host: str, port: int, seed: int, conn, ready) -> None:
+def _main(listen: socket.socket, host: str, port: int, seed: int, conn, ready) -> None:
     async def run() -> None:
-        proxy = _Proxy(listen_port, host, port, seed)
-        server = await asyncio.start_server(proxy.handle, "127.0.0.1", listen_port, reuse_address=True)
+        proxy = _Proxy(listen.getsockname()[1], host, port, seed)
+        listen.setblocking(False)
+        server = await asyncio.start_server(proxy.handle, sock=listen)
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 
@@ -158,13 +159,20 @@ def _main(listen_port: int, host: str, port: int, seed: int, conn, ready) -> Non
 class LinkProxy:
     """The proxy process and its control pipe."""
 
-    def __init__(self, listen_port: int, host: str, port: int, seed: int = 0, timeout_s: float = 15.0):
+    def __init__(self, listen: socket.socket, host: str, port: int, seed: int = 0, timeout_s: float = 15.0):
+        """listen: a bound TCP socket (hil/ports.py bind_free), held from its choice to the
+        proxy's listen: no other process can take the port in between. Closed here once
+        the child holds its duplicate."""
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         ready = ctx.Event()
-        self.proc = ctx.Process(target=_main, args=(listen_port, host, port, seed, child, ready), name="hil-proxy",
+        listen_port = listen.getsockname()[1]
+        self.proc = ctx.Process(target=_main, args=(listen, host, port, seed, child, ready), name="hil-proxy",
                                 daemon=True)
-        self.proc.start()
+        try:
+            self.proc.start()
+        finally:
+            listen.close()
         self.listen_port = listen_port
         if not ready.wait(timeout_s):
             self.proc.kill()

@@ -21,15 +21,10 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import threading
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from hil.ports import bind_free
 
 
 def _softplc_main(scenario, port: int, stop, record_path: str, results) -> None:
@@ -67,7 +62,7 @@ class RealtimeControl:
         if self.controller == "softplc":
             from hil.campaign.proxy import LinkProxy
 
-            self.proxy = LinkProxy(free_port(), self.sc.modbus.host, self.sc.modbus.port, seed=self.run.seed)
+            self.proxy = LinkProxy(bind_free(), self.sc.modbus.host, self.sc.modbus.port, seed=self.run.seed)
             self._start_plc()
         self.thread.start()
 

@@ -263,7 +263,7 @@ def _check_fault_for(c: Campaign, f: dict, path: str, s: ScenarioRef, sc, module
 
     _check_window(f, path, source)
     try:
-        check_fault(f, path, module.SPEC, module)
+        check_fault(f, path, sc.plant.load().spec, module)  # the scenario's spec: built from a model file too
     except ConfigError as exc:
         raise ConfigError(exc.path, exc.reason, source=source) from None
     kind = f.get("kind")
@@ -297,6 +297,13 @@ def _check_window(f: dict, path: str, source: str) -> None:
 def applies(fault: dict, scenario_name: str) -> bool:
     only = fault.get("scenarios")
     return only is None or scenario_name in only
+
+
+def decimate_of(c: Campaign, run) -> int:
+    """Recorded rows per step of a run (hil/campaign/expand.py RunSpec): its scenario's
+    record_decimate, else the campaign's."""
+    ref = next(s for s in c.scenarios if s.name == run.scenario)
+    return int(ref.record_decimate or c.campaign.record_decimate)
 
 
 def controller_of(ref: ScenarioRef, sc) -> str:

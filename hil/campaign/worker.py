@@ -15,8 +15,6 @@ lateness_us), which `hil campaign replay` compares bit for bit.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import shutil
@@ -26,10 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
+from hil.atomic import write_json_atomic
 from hil.campaign.expand import RunSpec
-from hil.campaign.schema import Campaign, controller_of, load_scenario_ref
+from hil.campaign.digest import NONDETERMINISTIC, recording_digest  # noqa: F401  (re-exported)
+from hil.campaign.schema import Campaign, controller_of, decimate_of, load_scenario_ref
+from hil.ports import check_ports, with_free_ports
 
-NONDETERMINISTIC = ("wall_ns", "lateness_us")
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
 
 
@@ -41,26 +41,22 @@ def run_paths(out_dir: Path, run_id: str) -> tuple[Path, Path]:
     return Path(out_dir) / "runs" / run_id, Path(out_dir) / "results" / f"{run_id}.json"
 
 
-def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, realtime: bool) -> dict:
+SERVER_SECTIONS = ("modbus", "opcua")
+
+
+def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, ports: list[int]) -> dict:
+    """ports: one per server section of sc0 (real time; empty in lockstep)."""
     extra: dict = {"loop": {"seed": int(run.seed)},
                    "recording": {"decimate": decimate_of(c, run), "enabled": True}}
-    if realtime:  # every run its own ports: parallel runs never collide
-        from hil.campaign.realtime import free_port
-
-        for section in ("modbus", "opcua"):
-            if sc0.served(section) is not None:
-                extra[section] = {"port": free_port()}
+    servers = [s for s in SERVER_SECTIONS if sc0.served(s) is not None]  # a switched-off one binds nothing
+    for section, port in zip(servers, ports):  # every run its own ports: parallel runs never collide
+        extra[section] = {"port": port}
     if sc0.bus is not None:
         extra["bus"] = {"transport": "ipc", "ipc_dir": ipc_dir}
     if sc0.safety is not None:
         extra["safety"] = {"decision_log": str(run_dir / "safety-decisions.jsonl"),
                            "status_path": str(run_dir / "safety-status.json")}
     return extra
-
-
-def decimate_of(c: Campaign, run: RunSpec) -> int:
-    ref = next(s for s in c.scenarios if s.name == run.scenario)
-    return int(ref.record_decimate or c.campaign.record_decimate)
 
 
 def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None):
@@ -114,15 +110,23 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
         sc0 = load_scenario_ref(c, ref)  # as declared: the safety envelope criteria hold runs to it
-        extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, realtime)
-        if run.canary:  # a known-bad run: its overrides (e.g. the wrapper's envelope opened) on top
-            from hil.config import _deep_merge
-            from hil.campaign.schema import scenario_overrides
 
-            over = scenario_overrides(c.canaries[run.canary])
-            _deep_merge(over, extra)
-            extra = over
-        sc = load_scenario_ref(c, ref, extra=extra)
+        def configure(ports: list[int]):
+            extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, ports)
+            if run.canary:  # a known-bad run: its overrides (e.g. the wrapper's envelope opened) on top
+                from hil.config import _deep_merge
+                from hil.campaign.schema import scenario_overrides
+
+                over = scenario_overrides(c.canaries[run.canary])
+                _deep_merge(over, extra)
+                extra = over
+            sc = load_scenario_ref(c, ref, extra=extra)
+            if realtime:  # a port taken since it was chosen: fresh ones (hil/ports.py)
+                check_ports(sc, servers=True, bus=False)
+            return sc
+
+        n_ports = sum(sc0.served(s) is not None for s in SERVER_SECTIONS) if realtime else 0
+        sc = with_free_ports(configure, n_ports)
         controller = controller_of(ref, sc)
         runtime = Runtime(sc, lockstep=not realtime, duration_s=run.run_duration_s, record=True,
                           record_path=str(run_dir / "rec"), start_servers=realtime,
@@ -180,10 +184,7 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
 
 
 def write_result(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, default=_json_default, allow_nan=True))
-    os.replace(tmp, path)
+    write_json_atomic(path, result, default=_json_default)
 
 
 def _json_default(o):
@@ -194,14 +195,3 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     return str(o)
-
-
-def recording_digest(df) -> str:
-    """sha256 over the deterministic columns (name + float64 bytes), in column order."""
-    h = hashlib.sha256()
-    for col in df.columns:
-        if col in NONDETERMINISTIC:
-            continue
-        h.update(col.encode())
-        h.update(np.ascontiguousarray(df[col].to_numpy(dtype=np.float64)).tobytes())
-    return h.hexdigest()

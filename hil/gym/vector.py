@@ -99,6 +99,8 @@ class HilVectorEnv(VectorEnv):
                               n_columns=self.Rows.shape[1])
                 ls.u_cmd, ls.u_clip, ls.y_meas, ls.counts, ls.row = (self.Ucmd[i], self.Uclip[i], self.Ymeas[i],
                                                                      self.counts[i], self.Rows[i])
+                ls.gaps = _RowGaps(self.Aact[i], self.Asen[i])  # views of the rows, for good
+                ls.tp = self.Tp[i:i + 1]
                 self.rows_steps.append(ls)
         self.status = np.zeros(N, dtype=np.int64)
         self.run = np.ones(N, dtype=np.bool_)
@@ -172,8 +174,6 @@ class HilVectorEnv(VectorEnv):
             return
         for i in np.flatnonzero(self.run):
             ls = self.rows_steps[i]
-            ls.gaps = _RowGaps(self.Aact[i], self.Asen[i])
-            ls.tp = self.Tp[i:i + 1]
             self.status[i] = ls.step(int(self.K[i]))
             self.K[i] += 1
 

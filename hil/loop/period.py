@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from hil.errors import PlantDiverged
+from hil.errors import PlantDiverged, RunStopped
 from hil.health import EXIT_STATE_OUT_OF_BOUNDS
 from hil.loop_kernels import take_into
 from hil.recorder import RecorderDied
@@ -58,8 +58,6 @@ def run_period(rt, summary) -> None:
 
 
 def _run(rt, summary, acc) -> None:
-    from hil.runtime import RunStopped
-
     image, clock, bus, rec = rt.image, rt.clock, rt.bus, rt.recorder
     ls = rt.loop_step
     ls.hooks = hooks = rt.hooks

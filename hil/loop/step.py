@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 from numba.core.registry import CPUDispatcher
+from numba.core.typing.typeof import Purpose, typeof
 
 from hil.calibration.residual import apply_correction
 from hil.gaps.pipeline import GapPipeline, _actuate, _sense
@@ -223,6 +224,23 @@ class LoopStep:
         self.aux = tuple(plant.aux)
         self.fused = is_compiled(model.step) and is_compiled(model.outputs)
         self.hooks = None
+        self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
+        self._argv: list = []  # its arguments, bound with it
+        self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
+
+    def rebind(self) -> None:
+        """Forget the bound entry point and arguments: call after replacing (not writing
+        into) an array the step reads; the next fused step binds them again. A plant
+        kernel or `aux` replaced is noticed without it. Arrays are bound at the first
+        fused step: replace them before it, or call this."""
+        self._entry = None
+
+    def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
+        pl, g, c = self.plant, self.gaps, self.corr
+        return (self.advance, pl.model.step, self.outputs_of, pl.model.outputs, k, self.tp, pl.x, pl.z, pl.d, pl.p,
+                self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas, self.W, self.aux, g._act_buf, g._sense_buf,
+                self.counts, self.u_lo, self.u_hi, self.x_lo, self.x_hi, self.x_tol, self.x_out, c[0], c[1], c[2],
+                c[3], c[4], self.row, self.step_s, self.dt, self.n_sub, wall_ns, late_us)
 
     @property
     def u_app(self) -> np.ndarray:
@@ -246,6 +264,7 @@ class LoopStep:
         saved = [(a, a.copy()) for a in (g._act_buf, g._sense_buf, self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas,
                                          self.counts, self.x_out, self.row, self.tp)]
         hooks, fused = self.hooks, self.fused
+        self._entry = None
         try:
             self.hooks = None
             self.step(0)
@@ -260,16 +279,37 @@ class LoopStep:
         """Step k (decide done: u_cmd holds the commands). Returns the state status
         (-1 diverged, else the number of states outside their bounds); row holds the
         recording row. Fused unless hooks are set or the plant's step is Python."""
-        pl, g, c = self.plant, self.gaps, self.corr
         if self.fused and self.hooks is None:
-            status = row_step(self.advance, pl.model.step, self.outputs_of, pl.model.outputs, k, self.tp, pl.x, pl.z,
-                              pl.d, pl.p, self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas, self.W, self.aux,
-                              g._act_buf, g._sense_buf, self.counts, self.u_lo, self.u_hi, self.x_lo, self.x_hi,
-                              self.x_tol, self.x_out, c[0], c[1], c[2], c[3], c[4], self.row, self.step_s, self.dt,
-                              self.n_sub, wall_ns, late_us)
-            pl.t = self.tp[0]
+            entry = self._entry
+            model = self.plant.model
+            if entry is None or self._bound_to[0] is not model.step or self._bound_to[1] is not model.outputs \
+                    or self._bound_to[2] is not self.aux:
+                args = self._fused_args(k, wall_ns, late_us)
+                status = row_step(*args)
+                self._entry = self._bind(args)
+                self._argv = list(args)
+                self._bound_to = (model.step, model.outputs, self.aux)
+            else:
+                argv = self._argv  # the bound arrays; only the step and the wall-clock figures change
+                argv[4] = k
+                argv[-2] = wall_ns
+                argv[-1] = late_us
+                status = entry(*argv)
+            self.plant.t = self.tp[0]
             return status
         return self._staged(k, wall_ns, late_us)
+
+    @staticmethod
+    def _bind(args: tuple):
+        """row_step's compiled entry point for these arguments' types: the same machine code,
+        called without the dispatcher's per-call typing of 37 arguments (two of them
+        dispatchers: ~30 us a step, benchmarks/loop_overhead.py). The types are those of
+        this instance's arrays, fixed from the first step on (see rebind), and of the
+        plant's kernels (checked by identity every step); None if Numba
+        holds no exact match (then every step goes through the dispatcher)."""
+        sig = tuple(typeof(a, Purpose.argument) for a in args)
+        cres = row_step.overloads.get(sig)
+        return cres.entry_point if cres is not None else None
 
     def _staged(self, k: int, wall_ns: int, late_us: float) -> int:
         """The same stages one by one, with the Python hooks and a Python plant step between."""

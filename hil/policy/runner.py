@@ -35,6 +35,7 @@ import time
 import numpy as np
 import zmq
 
+from hil.atomic import write_json_atomic
 from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
 from hil.bus_config import action_input_names
@@ -178,7 +179,7 @@ class PolicyRunner:
             signal.signal(sig, lambda *_: stop.append(1))
         next_check = time.monotonic() + 0.5
         if status_path:
-            _write_json(status_path, self.status())
+            write_json_atomic(status_path, self.status())
         decode, accept, answer, counters = self.obs_rx.decode, self.obs_rx.accept, self.answer, self.counters
         cmd_ready = cmd.getsockopt  # ZMQ_EVENTS: a command waiting (cheaper than a receive that fails)
         retry_lockstep_s = 0.25 * bus.lockstep_timeout_s
@@ -216,13 +217,13 @@ class PolicyRunner:
                     if parent_pid and not process_alive(parent_pid):
                         break
                     if status_path:
-                        _write_json(status_path, self.status())
+                        write_json_atomic(status_path, self.status())
         finally:
             for s in (obs, out, cmd):
                 s.close(0)
             ctx.term()
             if status_path:
-                _write_json(status_path, self.status())
+                write_json_atomic(status_path, self.status())
             print("policy: " + json.dumps(self.status()), file=sys.stderr, flush=True)
 
     confinement: dict | None = None  # what confine_self obtained (main), for the status file
@@ -237,13 +238,6 @@ def _finite(a: np.ndarray) -> bool:
     """Every element finite: a finite sum proves it in one call (NaN and infinities propagate);
     a sum that overflowed from finite terms is checked element-wise."""
     return math.isfinite(a.sum()) or bool(np.isfinite(a).all())
-
-
-def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
 
 
 def confine_self(spec: dict | None) -> dict:

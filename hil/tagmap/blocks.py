@@ -62,11 +62,11 @@ def _groups_known(spec) -> str:
     return ", ".join(names) or "none"
 
 
-def expand_blocks(section, spec, problems: list | None = None) -> list:
-    """[(key path, RegisterMap)] for every element of every [[modbus.blocks]] entry; an
-    unknown group is appended to `problems` (when given) and skipped."""
-    from hil.tagmap.modbus import RegisterMap
-
+def expand_blocks(section, spec, entry, problems: list | None = None) -> list:
+    """[(key path, entry)] for every element of every [[modbus.blocks]] entry, `entry` the
+    model class of one mapped value (hil/tagmap/modbus.py RegisterMap, passed in: this
+    module sits below the section that uses it); an unknown group is appended to `problems`
+    (when given) and skipped."""
     out = []
     for j, b in enumerate(section.blocks):
         key = f"modbus.blocks[{j}]"
@@ -80,14 +80,14 @@ def expand_blocks(section, spec, problems: list | None = None) -> list:
         stride = b.stride
         names = spec.expand(kind, b.group)
         for k, name in enumerate(names):
-            e = RegisterMap.model_construct(signal=name, address=0, **common)
+            e = entry.model_construct(signal=name, address=0, **common)
             step = stride if stride is not None else e.n_words
             if stride is not None and stride < e.n_words:
                 if problems is not None:
                     problems.append((f"{key}.stride", f"{stride} is less than the {e.n_words} addresses "
                                      f"of one {e.effective_encoding} value"))
                 break
-            out.append((key, RegisterMap.model_construct(signal=name, address=b.start + k * step, **common)))
+            out.append((key, entry.model_construct(signal=name, address=b.start + k * step, **common)))
     return out
 
 

@@ -72,6 +72,7 @@ from typing import Literal, Mapping
 from pydantic import AliasChoices, Field, field_validator
 
 from hil.config import StrictModel, outside_bounds
+from hil.tagmap.blocks import dedupe, expand_blocks
 
 TABLES = ("coil", "discrete_input", "input_register", "holding_register")
 BIT_TABLES = ("coil", "discrete_input")
@@ -192,8 +193,6 @@ class ModbusSection(StrictModel):
 
     def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
         """Checks that need the plant spec; (key_path, reason) pairs, empty if valid."""
-        from hil.tagmap.blocks import dedupe
-
         problems: list[tuple[str, str]] = []
         _check_entries(self, spec, scenario, problems)
         return dedupe(problems)
@@ -201,8 +200,6 @@ class ModbusSection(StrictModel):
     def entries(self, spec, problems: list | None = None) -> list[tuple[str, RegisterMap]]:
         """(key path, entry) of every served view: the map's, then each block's elements
         (key `modbus.blocks[j]`, so a problem of a block is reported once)."""
-        from hil.tagmap.blocks import expand_blocks
-
         out = []
         for i, e in enumerate(self.map):
             kind = signal_kind(spec, e.signal)
@@ -210,7 +207,7 @@ class ModbusSection(StrictModel):
                 name = spec.quantity(kind + "s", e.signal).name
                 e = e if name == e.signal else e.model_copy(update={"signal": name})
             out.append((f"modbus.map[{i}]", e))
-        return out + expand_blocks(self, spec, problems)
+        return out + expand_blocks(self, spec, RegisterMap, problems)
 
     def compile(self, spec, scenario) -> "CompiledMap":
         return compile_map(self, spec, scenario)

@@ -214,18 +214,6 @@ def inertia_to_parent_add(E, r, Ia, out, T):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def cross_motion(v, m, out):
-    """out = v x m (spatial motion cross product)."""
-    w0, w1, w2, l0, l1, l2 = v[0], v[1], v[2], v[3], v[4], v[5]
-    out[0] = w1 * m[2] - w2 * m[1]
-    out[1] = w2 * m[0] - w0 * m[2]
-    out[2] = w0 * m[1] - w1 * m[0]
-    out[3] = w1 * m[5] - w2 * m[4] + l1 * m[2] - l2 * m[1]
-    out[4] = w2 * m[3] - w0 * m[5] + l2 * m[0] - l0 * m[2]
-    out[5] = w0 * m[4] - w1 * m[3] + l0 * m[1] - l1 * m[0]
-
-
-@njit(cache=True, nogil=True, inline="always")
 def cross_force(v, f, out):
     """out = v x* f (spatial force cross product)."""
     w0, w1, w2, l0, l1, l2 = v[0], v[1], v[2], v[3], v[4], v[5]

@@ -54,3 +54,21 @@ def test_errors_name_the_key(over, key):
     with pytest.raises(ConfigError) as e:
         parse_campaign(_camp(**over))
     assert e.value.path == key, str(e.value)
+
+
+def test_faults_of_a_plant_built_from_a_model_file_are_checked_against_its_spec(tmp_path):
+    """A plant whose spec is built at load time (here the 14-bus grid: no module SPEC) takes
+    campaign faults named after its generated signals; an unknown signal names the key."""
+    sc = tmp_path / "grid.toml"
+    sc.write_text(f'[scenario]\nname = "g"\n[plant]\nmodel = "grid"\ncase = "{ROOT / "configs/grids/case14.m"}"\n'
+                  '[loop]\nstep_s = 1.0\nduration_s = 10.0\n')
+    data = {"campaign": {"name": "t", "seeds": 1},
+            "scenarios": [{"name": "g", "file": str(sc), "controller": "none"}],
+            "faults": {"none": {"kind": "none"},
+                       "gen": {"kind": "actuator_degraded", "signal": "gen_2.p_set", "gain": 0.5, "start_s": 2.0,
+                               "duration_s": 3.0}}}
+    c = parse_campaign(data)
+    assert [r.fault for r in expand(c)] == ["none", "gen"]
+    data["faults"]["gen"]["signal"] = "gen_99.p_set"
+    with pytest.raises(ConfigError, match="faults.gen"):
+        parse_campaign(data)
