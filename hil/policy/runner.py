@@ -249,7 +249,8 @@ def _write_json(path: str, data: dict) -> None:
 def confine_self(spec: dict | None) -> dict:
     """Apply the confinement the launcher planned (hil/confine.py) before any policy code runs:
     Landlock (read all but the run directory, write only the policy's own directory) where the
-    kernel has it. What was obtained, for the status file and the run summary."""
+    kernel has it; as root, every capability dropped. What was obtained, for the status file and
+    the run summary."""
     out = {"euid": os.geteuid()}
     if not spec:
         out["landlock"] = "not requested (started by hand)"
@@ -258,11 +259,15 @@ def confine_self(spec: dict | None) -> dict:
 
     if abi_version() <= 0:
         out["landlock"] = "not available in this kernel"
-        return out
-    try:
-        out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
-    except (OSError, KeyError) as exc:
-        out["landlock"] = f"refused: {exc}"
+    else:
+        try:
+            out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
+        except (OSError, KeyError) as exc:
+            out["landlock"] = f"refused: {exc}"
+    if os.geteuid() == 0:  # no capability may reopen what non-dumpable closes (CAP_SYS_PTRACE)
+        from hil.confine import drop_capabilities
+
+        out["capabilities"] = drop_capabilities()
     return out
 
 
@@ -286,6 +291,10 @@ def main(argv=None) -> int:
         confinement = confine_self(boot.get("confine"))  # before the policy is loaded
         if boot.get("confine", {}).get("kind") == "landlock" and not confinement["landlock"].startswith("ABI"):
             print(f"policy: Landlock {confinement['landlock']}: refusing to run unconfined", file=sys.stderr)
+            return 2
+        if confinement.get("capabilities", "dropped") != "dropped":
+            print(f"policy: root's capabilities not dropped ({confinement['capabilities']}): refusing to run",
+                  file=sys.stderr)
             return 2
         scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
         key = child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None

@@ -423,7 +423,7 @@ class PolicySupervisor:
             reported = json.loads(Path(self.h.policy_status_path).read_text()).get("confinement") or {}
         except (OSError, ValueError):
             reported = {}
-        out.update({k: v for k, v in reported.items() if k in ("landlock", "euid", "dumpable")})
+        out.update({k: v for k, v in reported.items() if k in ("landlock", "euid", "dumpable", "capabilities")})
         return out
 
 
