@@ -29,6 +29,8 @@ decision, provided it can reach nothing that holds the full run secret:
   - "none": neither is available: the policy process runs as the run's user and could read the
     key file; the run summary says so.
 
+The policy process applies it itself (`confine_self`), from its entry point hil/policy/process.py,
+before numpy is imported: Landlock does not reach threads that already exist (BLAS workers).
 `policy_confinement()` decides; the run summary's `policy.confinement` records what a run got.
 """
 
@@ -220,3 +222,35 @@ def copy_for_policy(src: str, dest_dir: str, conf: Confinement) -> str:
             for n in dirs + files:
                 os.chown(os.path.join(root, n), conf.uid, conf.gid, follow_symlinks=False)
     return dest
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+def confine_self(spec: dict | None) -> dict:
+    """In the policy process, before any policy code runs: apply the confinement the launcher
+    planned (`spec`, from the bootstrap pipe): Landlock (read all but the run directory, write
+    only the policy's own directory) where the kernel has it; as root, every capability dropped.
+    What was obtained (`threads`: the process's threads at that moment, which should be 1:
+    Landlock does not reach threads that already exist), for the status file and the summary."""
+    out = {"euid": os.geteuid()}
+    if not spec:
+        out["landlock"] = "not requested (started by hand)"
+        return out
+    from hil.landlock import abi_version, restrict_self
+
+    out["threads"] = _thread_count()  # Landlock confines this thread and later ones only
+    if abi_version() <= 0:
+        out["landlock"] = "not available in this kernel"
+    else:
+        try:
+            out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
+        except (OSError, KeyError) as exc:
+            out["landlock"] = f"refused: {exc}"
+    if os.geteuid() == 0:  # no capability may reopen what non-dumpable closes (CAP_SYS_PTRACE)
+        out["capabilities"] = drop_capabilities()
+    return out

@@ -40,6 +40,7 @@ from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_
 from hil.bus_config import action_input_names
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
+from hil.confine import confine_self  # noqa: F401  (the policy process's confinement; was defined here)
 
 
 class PolicyRunner:
@@ -246,32 +247,10 @@ def _write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def confine_self(spec: dict | None) -> dict:
-    """Apply the confinement the launcher planned (hil/confine.py) before any policy code runs:
-    Landlock (read all but the run directory, write only the policy's own directory) where the
-    kernel has it; as root, every capability dropped. What was obtained, for the status file and
-    the run summary."""
-    out = {"euid": os.geteuid()}
-    if not spec:
-        out["landlock"] = "not requested (started by hand)"
-        return out
-    from hil.landlock import abi_version, restrict_self
-
-    if abi_version() <= 0:
-        out["landlock"] = "not available in this kernel"
-    else:
-        try:
-            out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
-        except (OSError, KeyError) as exc:
-            out["landlock"] = f"refused: {exc}"
-    if os.geteuid() == 0:  # no capability may reopen what non-dumpable closes (CAP_SYS_PTRACE)
-        from hil.confine import drop_capabilities
-
-        out["capabilities"] = drop_capabilities()
-    return out
-
-
-def main(argv=None) -> int:
+def main(argv=None, boot: dict | None = None, confinement: dict | None = None) -> int:
+    """`boot`, `confinement`: the bootstrap message already read and the confinement already
+    applied by the process's entry (hil/policy/process.py, before numpy started its threads);
+    None: read and apply them here (a runner started by hand)."""
     from hil.errors import ConfigError
     from hil.safety.launch import load_child_scenario, read_bootstrap
 
@@ -287,10 +266,15 @@ def main(argv=None) -> int:
     try:
         from hil.bus_auth import child_key
 
-        boot = read_bootstrap(args.bootstrap_fd)
-        confinement = confine_self(boot.get("confine"))  # before the policy is loaded
+        if boot is None:
+            boot = read_bootstrap(args.bootstrap_fd)
+            confinement = confine_self(boot.get("confine"))  # before the policy is loaded
         if boot.get("confine", {}).get("kind") == "landlock" and not confinement["landlock"].startswith("ABI"):
             print(f"policy: Landlock {confinement['landlock']}: refusing to run unconfined", file=sys.stderr)
+            return 2
+        if boot.get("confine", {}).get("kind") == "landlock" and confinement.get("threads", 1) != 1:
+            print(f"policy: confined with {confinement['threads']} threads running (Landlock does not reach the "
+                  "others): start it as `python -m hil.policy.process`; refusing to run", file=sys.stderr)
             return 2
         if confinement.get("capabilities", "dropped") != "dropped":
             print(f"policy: root's capabilities not dropped ({confinement['capabilities']}): refusing to run",
