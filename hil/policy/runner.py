@@ -15,8 +15,9 @@ the same rule applies to what the policy makes of it.
 
 Messages are signed and checked with the run's bus keys (hil/bus_auth.py: the keys of obs,
 proposal and command only, from the bootstrap pipe of the process that started this one, else
-the run directory's key file). Started by hil.safety.launch, the process is confined before it
-loads the policy (hil/confine.py: its own uid, Landlock). The status file
+the run directory's key file). Started by hil.safety.launch (through hil/policy/process.py), the
+process is confined before numpy and the policy are loaded (hil/confine.py: its own uid,
+Landlock, capabilities dropped as root). The status file
 (--status) is rewritten at least every 0.5 s while the process is responsive: its age is the
 heartbeat hil.safety.launch's supervisor watches.
 """
@@ -38,9 +39,9 @@ import zmq
 from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
 from hil.bus_config import action_input_names
+from hil.confine import confine_self  # noqa: F401  (the policy process's confinement; was defined here)
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
-from hil.confine import confine_self  # noqa: F401  (the policy process's confinement; was defined here)
 
 
 class PolicyRunner:
