@@ -10,7 +10,7 @@ In one run, over the same transport:
   the observation to B ("policy") and to C ("safety"); B answers C; C waits for both (poll),
   then answers here. hil's cost over this is its checks, signing and safety logic;
 - hil: this process is the loop (LoopBusEndpoint.after_step / before_step in lockstep), the
-  policy process (`python -m hil.policy.runner`, the demo ensemble by default) and the safety
+  policy process (`python -m hil.policy.process`, the demo ensemble by default) and the safety
   process (`python -m hil.safety.wrapper`, mode full: projection, fallback PID, confidence
   gate, monitor, KPIs) are the real ones, with schema checks on every message;
 - projection_us: Projector.project per call on the scenario's envelope (box, rate, linear

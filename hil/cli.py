@@ -3,7 +3,9 @@
 Exit codes: 0 done, 1 the run failed (plant diverged), 2 bad configuration or usage, or the
 run could not start (a port in use, a server that did not come up): nothing left running;
 3 a state left its spec bounds with loop.on_state_out_of_bounds = "fail", 4 a required
-helper process (Modbus/OPC UA server, recorder) died (hil/health.py EXIT_*).
+helper process (Modbus/OPC UA server, recorder) died, 5-7 a plant watch with action "fail"
+(the grid: blackout, unserved load, voltage collapse), 8 the safety process died (the run
+stops) or hung with [safety] required = true (hil/health.py EXIT_*).
 """
 
 from __future__ import annotations

@@ -20,12 +20,17 @@ decision, provided it can reach nothing that holds the full run secret:
     status file live in `<run dir>/policy/`, owned by that uid, mode 0700. A versioned policy
     directory or ONNX file is copied there at start (the policy's uid cannot read the
     operator's private files); an entry module must be importable by that uid;
-  - "landlock" (not root, the kernel has Landlock): the policy process may read everything but
-    the run directory (its own `<run dir>/policy/` excepted, where it may also write) and write
-    nowhere else;
+  - "landlock" (not root, or root with an interpreter the policy's uid cannot run; the kernel
+    has Landlock): the policy process may read everything but the run directory (its own
+    `<run dir>/policy/` excepted, where it may also write), write nowhere else, and (Landlock
+    ABI >= 6) signal no process outside its sandbox; as root it also gives up every capability
+    (`drop_capabilities`: root's CAP_SYS_PTRACE would open the non-dumpable processes'
+    /proc/<pid>/environ to it again);
   - "none": neither is available: the policy process runs as the run's user and could read the
     key file; the run summary says so.
 
+The policy process applies it itself (`confine_self`), from its entry point hil/policy/process.py,
+before numpy is imported: Landlock does not reach threads that already exist (BLAS workers).
 `policy_confinement()` decides; the run summary's `policy.confinement` records what a run got.
 """
 
@@ -65,6 +70,53 @@ def set_non_dumpable() -> bool:
         return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+CAP_LAST_MAX = 63  # capability numbers are below 64 (cap_last_cap is 40 on Linux 6.x)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> str:
+    """Give up every capability of this process for good (bounding, ambient, effective,
+    permitted, inheritable sets), as the policy process does when it runs as root under
+    Landlock: without CAP_SYS_PTRACE a non-dumpable process's /proc/<pid>/environ and mem are
+    closed to it (root keeps them open otherwise), without CAP_DAC_OVERRIDE other users' files,
+    without CAP_KILL other users' processes. Its uid stays 0 (it still owns root's files:
+    Landlock keeps it out of the run directory). Returns "dropped" or the reason it failed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in range(CAP_LAST_MAX + 1):
+            if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+                return f"PR_CAPBSET_DROP {cap}: {os.strerror(ctypes.get_errno())}"
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        header, data = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()
+        if libc.capset(ctypes.byref(header), data) != 0:
+            return f"capset: {os.strerror(ctypes.get_errno())}"
+    except (OSError, AttributeError) as exc:
+        return f"not possible here: {exc}"
+    return "dropped" if effective_capabilities() == 0 else "capset left some capabilities"
+
+
+def effective_capabilities() -> int:
+    """This process's effective capability mask (/proc/self/status CapEff); -1 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return -1
 
 
 def is_dumpable() -> bool:
@@ -170,3 +222,35 @@ def copy_for_policy(src: str, dest_dir: str, conf: Confinement) -> str:
             for n in dirs + files:
                 os.chown(os.path.join(root, n), conf.uid, conf.gid, follow_symlinks=False)
     return dest
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+def confine_self(spec: dict | None) -> dict:
+    """In the policy process, before any policy code runs: apply the confinement the launcher
+    planned (`spec`, from the bootstrap pipe): Landlock (read all but the run directory, write
+    only the policy's own directory) where the kernel has it; as root, every capability dropped.
+    What was obtained (`threads`: the process's threads at that moment, which should be 1:
+    Landlock does not reach threads that already exist), for the status file and the summary."""
+    out = {"euid": os.geteuid()}
+    if not spec:
+        out["landlock"] = "not requested (started by hand)"
+        return out
+    from hil.landlock import abi_version, restrict_self
+
+    out["threads"] = _thread_count()  # Landlock confines this thread and later ones only
+    if abi_version() <= 0:
+        out["landlock"] = "not available in this kernel"
+    else:
+        try:
+            out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
+        except (OSError, KeyError) as exc:
+            out["landlock"] = f"refused: {exc}"
+    if os.geteuid() == 0:  # no capability may reopen what non-dumpable closes (CAP_SYS_PTRACE)
+        out["capabilities"] = drop_capabilities()
+    return out

@@ -22,6 +22,8 @@ EXIT_DIVERGED = 1  # a plant state became NaN/inf
 EXIT_CONFIG = 2  # bad configuration or usage; nothing started
 EXIT_STATE_OUT_OF_BOUNDS = 3  # loop.on_state_out_of_bounds = "fail" and a state left its bounds
 EXIT_PROCESS_DIED = 4  # a required helper process (Modbus/OPC UA server, recorder) died
+# 5, 6, 7: a plant watch with action "fail" (the grid: blackout 5, unserved load 6, collapse 7)
+EXIT_SAFETY_LOST = 8  # [safety] required: the safety process died (the run stops) or hung
 
 # Consecutive torn input reads (one per step, each already retried) before the loop tries
 # to repair the image: a writer's critical section is a few microseconds, so three whole

@@ -1,5 +1,5 @@
 """Landlock (Linux >= 5.13) for the policy process: read everything except one directory, write
-only in another. Used by hil/confine.py when hil does not run as root.
+only in another. Used by hil/confine.py when the policy process cannot run under its own uid.
 
 Landlock rules allow, they never deny; "everything but the run directory" is built as a cover:
 for each directory on the path from / to the run directory, every entry except the one leading
@@ -28,6 +28,14 @@ FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _RulesetAttrScoped(ctypes.Structure):  # ABI >= 6: IPC scoping
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 
 class _PathBeneath(ctypes.Structure):
@@ -65,7 +73,12 @@ def handled_rights(abi: int) -> int:
 
 
 def _cover(hidden: str) -> list[str]:
-    """Paths whose union is every existing path except `hidden` and what lies beneath it."""
+    """Paths whose union is every existing path except `hidden` and what lies beneath it.
+
+    Symbolic links are left out: Landlock checks the path a link resolves to, so a file reached
+    through a link is readable when its real path is covered; a rule on a link would instead
+    cover its target, and a link to an ancestor of `hidden` (pytest's `pytest-current`, a
+    `/var/run -> /run`) would open the hidden directory again."""
     out: list[str] = []
     hidden = os.path.realpath(hidden)
     parts = [p for p in hidden.split(os.sep) if p]
@@ -75,14 +88,16 @@ def _cover(hidden: str) -> list[str]:
             names = os.listdir(here)
         except OSError:
             names = []
-        out += [os.path.join(here, n) for n in names if n != part]
+        out += [os.path.join(here, n) for n in names if n != part and not os.path.islink(os.path.join(here, n))]
         here = os.path.join(here, part)
     return out
 
 
 def restrict_self(hidden_dir: str, writable_dir: str) -> int:
     """Confine this process (and its future children): read anything but `hidden_dir`, read and
-    write only `writable_dir` (which may lie inside `hidden_dir`). Returns the ABI used; raises
+    write only `writable_dir` (which may lie inside `hidden_dir`); with ABI >= 6 also send no
+    signal to a process outside the sandbox. Call it before the process starts threads (Landlock
+    confines the calling thread and its future children only). Returns the ABI used; raises
     OSError if the kernel refuses (no Landlock: ENOSYS/EOPNOTSUPP)."""
     abi = abi_version()
     if abi <= 0:
@@ -91,7 +106,9 @@ def restrict_self(hidden_dir: str, writable_dir: str) -> int:
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     handled = handled_rights(abi)
-    attr = _RulesetAttr(handled)
+    # ABI >= 6: no signal to, no abstract unix socket of, a process outside the sandbox (the
+    # policy can neither stop nor kill the loop or the safety process)
+    attr = _RulesetAttrScoped(handled, 0, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else _RulesetAttr(handled)
     fd = libc.syscall(ctypes.c_long(sys_create), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                       ctypes.c_uint32(0))
     if fd < 0:
@@ -102,7 +119,7 @@ def restrict_self(hidden_dir: str, writable_dir: str) -> int:
         rules = [(p, read_dir) for p in _cover(hidden_dir)] + [(writable_dir, handled)]
         for path, rights in rules:
             try:
-                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
             except OSError:
                 continue  # gone since the listing, or not reachable: not covered
             try:

@@ -46,8 +46,8 @@ from hil.clock import LockstepClock, RealtimeClock
 from hil.config import SERVER_KINDS, Scenario
 from hil.errors import ConfigError, PlantDiverged, RunStopped  # noqa: F401  (RunStopped re-exported)
 from hil.gc_control import LoopGc
-from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_STATE_OUT_OF_BOUNDS, Alarms, ChildWatch, InputWatch,
-                        OutputWatches, StateBounds)
+from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_SAFETY_LOST, EXIT_STATE_OUT_OF_BOUNDS, Alarms,
+                        ChildWatch, InputWatch, OutputWatches, StateBounds)
 from hil.image import ProcessImage
 from hil.loop.plant import load_correction, scenario_plant
 from hil.loop.step import LoopStep
@@ -125,6 +125,7 @@ class Runtime:
 
     _policy_handles = None  # set by _start_children; a default so any partial start can be stopped
     run_dir_note: str | None = None  # why the run moved to a fresh run directory (hil/run_dirs.py), if it did
+    safety_watch = None  # hil.safety.watch.SafetyWatch once the safety process runs
     scheduling: dict | None = None  # what the loop obtained (rt.apply_loop_scheduling), set at start
     on_scheduled = None  # optional callback(scheduling, warnings), once scheduling is set (the CLI's banner)
     hooks = None  # optional per-step hooks: pre(k, t), actuate(k, t, u_app), sense(k, t_end, y_meas)
@@ -302,6 +303,10 @@ class Runtime:
             # decision log and status files where [safety].decision_log says
             self._policy_handles = launch.start(self.scenario, self.scenario_path or "",
                                                 key=self.bus.key if self.bus is not None else None)
+            from hil.safety.watch import SafetyWatch
+
+            sec = self.scenario.safety
+            self.safety_watch = SafetyWatch(self._policy_handles, self.alarms, required=sec.required, hang_s=sec.hang_s)
         else:
             self._policy_handles = None
 
@@ -444,14 +449,19 @@ class Runtime:
         helper processes (a required one dead stops the run), collect young garbage, hand a
         status snapshot to the status thread. Raises RunStopped."""
         stop = self.children.check(steps - 1, t_s)
+        safety_lost = None
+        if self.safety_watch is not None and not self._stop:  # dead or hung safety: alarm, stop if required
+            safety_lost = self.safety_watch.check(steps - 1, t_s)
         if self._policy_handles is not None:  # policy dead or hung: alarm, restart ([policy] restart)
             self._supervise_policy(steps - 1, t_s)
-        if not stop:
+        if not (stop or safety_lost):
             self.gc.tick()
         if self._reporter is not None:
             self._reporter.offer(self._status(steps))  # with the alarm, also when stopping on it
         if stop:
             raise RunStopped("process died", "; ".join(stop), EXIT_PROCESS_DIED)
+        if safety_lost:
+            raise RunStopped("safety lost", safety_lost, EXIT_SAFETY_LOST)
 
     def _supervise_policy(self, step: int, t_s: float) -> None:
         """The policy process's supervision (hil/safety/launch.py): its alarms (died, hung, not
@@ -516,6 +526,7 @@ class Runtime:
         summary.stale_input_steps = self.input_watch.stale_steps
         self.children.check(summary.steps, summary.sim_time_s)  # a death since the last tick
         summary.dead_processes = self.children.dead()
+        self._finish_safety_watch(summary)
         self.state_bounds.status(self.plant.x)
         summary.state_out_of_bounds = self.state_bounds.counts()
         summary.substeps = self.plant.substeps
@@ -544,6 +555,23 @@ class Runtime:
             self.recorder.close(summary=summary.as_dict(), state=self.state)
             summary.dropped_rows = self.recorder.meta.get("dropped_rows", summary.dropped_rows)
             summary.record_path = str(self.record_path)
+
+    def _finish_safety_watch(self, summary: RunSummary) -> None:
+        """The safety process as the run ends (before it is stopped): a death since the last tick
+        (not after a stop request: Ctrl-C reaches it too), dead_processes, and exit code
+        EXIT_SAFETY_LOST if a required safety died or hung during the run."""
+        w = self.safety_watch
+        if w is None:
+            return
+        if not self._stop:
+            w.check(summary.steps, summary.sim_time_s)
+        summary.dead_processes.update(w.dead())
+        summary.extra["safety_watch"] = w.summary()
+        if w.required and w.lost and summary.exit_code == 0:
+            summary.exit_code = EXIT_SAFETY_LOST
+            what = f"died ({w.died})" if w.died else f"hung {w.hangs} time(s) (no heartbeat for {w.hang_s:g} s)"
+            self.warnings.append(f"the safety process {what} during the run; [safety] required = true: "
+                                 f"exit code {EXIT_SAFETY_LOST}")
 
     def close(self) -> None:
         """Release the process image (the creator removes it) and a fallback run directory."""

@@ -15,8 +15,9 @@ the same rule applies to what the policy makes of it.
 
 Messages are signed and checked with the run's bus keys (hil/bus_auth.py: the keys of obs,
 proposal and command only, from the bootstrap pipe of the process that started this one, else
-the run directory's key file). Started by hil.safety.launch, the process is confined before it
-loads the policy (hil/confine.py: its own uid, Landlock). The status file
+the run directory's key file). Started by hil.safety.launch (through hil/policy/process.py), the
+process is confined before numpy and the policy are loaded (hil/confine.py: its own uid,
+Landlock, capabilities dropped as root). The status file
 (--status) is rewritten at least every 0.5 s while the process is responsive: its age is the
 heartbeat hil.safety.launch's supervisor watches.
 """
@@ -39,6 +40,7 @@ from hil.atomic import write_json_atomic
 from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
 from hil.bus_config import action_input_names
+from hil.confine import confine_self  # noqa: F401  (the policy process's confinement; was defined here)
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
 
@@ -240,27 +242,10 @@ def _finite(a: np.ndarray) -> bool:
     return math.isfinite(a.sum()) or bool(np.isfinite(a).all())
 
 
-def confine_self(spec: dict | None) -> dict:
-    """Apply the confinement the launcher planned (hil/confine.py) before any policy code runs:
-    Landlock (read all but the run directory, write only the policy's own directory) where the
-    kernel has it. What was obtained, for the status file and the run summary."""
-    out = {"euid": os.geteuid()}
-    if not spec:
-        out["landlock"] = "not requested (started by hand)"
-        return out
-    from hil.landlock import abi_version, restrict_self
-
-    if abi_version() <= 0:
-        out["landlock"] = "not available in this kernel"
-        return out
-    try:
-        out["landlock"] = f"ABI {restrict_self(spec['hidden_dir'], spec['writable_dir'])}"
-    except (OSError, KeyError) as exc:
-        out["landlock"] = f"refused: {exc}"
-    return out
-
-
-def main(argv=None) -> int:
+def main(argv=None, boot: dict | None = None, confinement: dict | None = None) -> int:
+    """`boot`, `confinement`: the bootstrap message already read and the confinement already
+    applied by the process's entry (hil/policy/process.py, before numpy started its threads);
+    None: read and apply them here (a runner started by hand)."""
     from hil.errors import ConfigError
     from hil.safety.launch import load_child_scenario, read_bootstrap
 
@@ -276,10 +261,19 @@ def main(argv=None) -> int:
     try:
         from hil.bus_auth import child_key
 
-        boot = read_bootstrap(args.bootstrap_fd)
-        confinement = confine_self(boot.get("confine"))  # before the policy is loaded
+        if boot is None:
+            boot = read_bootstrap(args.bootstrap_fd)
+            confinement = confine_self(boot.get("confine"))  # before the policy is loaded
         if boot.get("confine", {}).get("kind") == "landlock" and not confinement["landlock"].startswith("ABI"):
             print(f"policy: Landlock {confinement['landlock']}: refusing to run unconfined", file=sys.stderr)
+            return 2
+        if boot.get("confine", {}).get("kind") == "landlock" and confinement.get("threads", 1) != 1:
+            print(f"policy: confined with {confinement['threads']} threads running (Landlock does not reach the "
+                  "others): start it as `python -m hil.policy.process`; refusing to run", file=sys.stderr)
+            return 2
+        if confinement.get("capabilities", "dropped") != "dropped":
+            print(f"policy: root's capabilities not dropped ({confinement['capabilities']}): refusing to run",
+                  file=sys.stderr)
             return 2
         scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
         key = child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None

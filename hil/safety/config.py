@@ -19,6 +19,9 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     status_path = ""                    # JSON status file ("" = beside the decision log)
     policy_lost_after_s = 5.0           # sim s without a valid proposal = policy lost (alarm;
                                         # when it answers again: back to shadow); default 5 steps
+    required = true                     # a dead safety process stops the run (exit 8), a hung
+                                        # one makes it exit 8 at the end; false: alarm only
+    hang_s = 5.0                        # wall s without the safety's status heartbeat: hung
 
     [safety.projection]
     box = { agitation_power = [0.0, 80.0] }       # tighter than the spec's bounds
@@ -318,6 +321,11 @@ class SafetySection(StrictModel):
     policy_lost_after_s: float | None = Field(
         default=None, gt=0, description="sim s without a valid proposal before the policy counts as lost; "
         f"default {LOST_AFTER_STEPS} loop steps")
+    required: bool = Field(default=True, description="the run needs its safety process: one that dies stops "
+                           "the run with exit code 8, one that hangs (no heartbeat for hang_s) makes it exit 8 "
+                           "at the end; false: an alarm only, the loop's fallback action holds")
+    hang_s: float = Field(default=5.0, ge=1.0, le=3600, description="wall s without the safety process's status "
+                          "heartbeat (rewritten every 0.5 s, so at least 1 s) before it counts as hung")
     projection: ProjectionSection = Field(default_factory=ProjectionSection)
     confidence: ConfidenceSection = Field(default_factory=ConfidenceSection)
     fallback: FallbackSection = Field(default_factory=FallbackSection)

@@ -5,7 +5,8 @@
     supervise(handles)                                      # every status tick: policy dead or hung?
     stop(handles)
 
-Both run as `python -m hil.policy.runner` / `python -m hil.safety.wrapper` children that get the
+Both run as `python -m hil.policy.process` (the runner, confined before numpy loads) /
+`python -m hil.safety.wrapper` children that get the
 validated scenario plus the scenario file's path (relative policy paths resolve against it),
 and exit on their own if this process dies. The scenario and the run's bus keys reach them over
 an inherited pipe (`spawn`, `--bootstrap-fd`), never in their environment or on the command
@@ -182,7 +183,7 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     safety = spawn([sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml",
                     "--log", log, "--status", status, "--parent-pid", me],
                    {"scenario": sc_data, **bootstrap_keys(secret)}, **common)
-    cmd = [sys.executable, "-m", "hil.policy.runner", scenario_path or "scenario.toml",
+    cmd = [sys.executable, "-m", "hil.policy.process", scenario_path or "scenario.toml",
            "--status", pol_status, "--parent-pid", me]
     if policy_version:
         cmd += ["--version", policy_version]
@@ -423,7 +424,7 @@ class PolicySupervisor:
             reported = json.loads(Path(self.h.policy_status_path).read_text()).get("confinement") or {}
         except (OSError, ValueError):
             reported = {}
-        out.update({k: v for k, v in reported.items() if k in ("landlock", "euid", "dumpable")})
+        out.update({k: v for k, v in reported.items() if k in ("landlock", "euid", "dumpable", "capabilities", "threads")})
         return out
 
 
