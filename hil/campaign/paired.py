@@ -232,9 +232,10 @@ def finalize(c, res: dict, paired: dict) -> dict:
     """Merge the paired criteria into a result: criteria (campaign order), failed, verdict, seen."""
     if res.get("verdict") == "error":
         return res
-    crit = dict(res.get("criteria", {}))
-    crit.update(paired)
     order = {cr.name: i for i, cr in enumerate(c.criteria)}
+    # a criterion the campaign no longer has (edited since the run) is no part of the verdict
+    crit = {n: r for n, r in res.get("criteria", {}).items() if n in order}
+    crit.update(paired)
     res["criteria"] = dict(sorted(crit.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
     res["criteria_kinds"] = {cr.name: cr.kind for cr in c.criteria if cr.name in res["criteria"]}
     res["failed"] = [n for n, r in res["criteria"].items() if r["status"] == FAIL]
