@@ -233,8 +233,10 @@ def finalize(c, res: dict, paired: dict) -> dict:
     if res.get("verdict") == "error":
         return res
     order = {cr.name: i for i, cr in enumerate(c.criteria)}
-    # a criterion the campaign no longer has (edited since the run) is no part of the verdict
-    crit = {n: r for n, r in res.get("criteria", {}).items() if n in order}
+    kind = {cr.name: cr.kind for cr in c.criteria}
+    # a criterion the campaign no longer has (edited since the run) is no part of the verdict, and
+    # the paired ones are evaluated afresh on every pass (`paired`): an earlier pass's are dropped
+    crit = {n: r for n, r in res.get("criteria", {}).items() if n in order and kind[n] not in PAIRED_KINDS}
     crit.update(paired)
     res["criteria"] = dict(sorted(crit.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
     res["criteria_kinds"] = {cr.name: cr.kind for cr in c.criteria if cr.name in res["criteria"]}

@@ -336,3 +336,14 @@ def test_finalize_merges_paired_verdicts_and_marks_the_fault_seen():
             "criteria": {"done": {"status": PASS}}}
     finalize(c, res3, {"iae": {"status": PASS}, "det": {"status": FAIL}})
     assert res3["seen"] is False  # no criterion saw it: counts against the detection goal
+
+
+def test_finalize_drops_stale_verdicts_of_an_earlier_pass_and_of_removed_criteria():
+    """The campaign was edited between two passes (resume): a paired criterion that no longer
+    applies to the run and a criterion that is gone leave no verdict behind."""
+    c = SimpleNamespace(criteria=[crit(name="done", kind="run_completed"),
+                                  crit(name="dev", kind="paired_deviation", signal="y.ph", max_abs=0.01)])
+    res = {"run": {"run_id": "p.f.s1"}, "fault": {"start_step": 20}, "verdict": "fail", "failed": ["dev", "old"],
+           "criteria": {"done": {"status": PASS}, "dev": {"status": FAIL}, "old": {"status": FAIL}}}
+    finalize(c, res, {})  # this pass: "dev" does not apply to the run any more
+    assert res["criteria"] == {"done": {"status": PASS}} and res["verdict"] == "pass", res
