@@ -47,16 +47,40 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-class Progress:
-    """Whether a set of processes is moving: the wall time since their CPU time last changed."""
+def descendants(pid: int) -> list[int]:
+    """The children of a process, theirs, ... (from /proc/<pid>/task/<tid>/children; [] if unreadable)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out
 
-    def __init__(self, pids: Iterable[int], now: float | None = None):
+
+class Progress:
+    """Whether a set of processes is moving: the wall time since their CPU time last changed.
+    `tree`: count their descendants too (a `hil run` whose servers are starting)."""
+
+    def __init__(self, pids: Iterable[int], now: float | None = None, tree: bool = False):
         self.pids = list(pids)
+        self.tree = tree
         self._last = self._total()
         self._since = time.monotonic() if now is None else now
 
     def _total(self) -> float | None:
-        vals = [cpu_seconds(p) for p in self.pids]
+        pids = self.pids + [d for p in self.pids for d in descendants(p)] if self.tree else self.pids
+        vals = [cpu_seconds(p) for p in pids]
         known = [v for v in vals if v is not None]
         return sum(known) if known else None
 
@@ -73,13 +97,14 @@ class Progress:
 
 def wait_ready(ready: Callable[[], bool], pids: Iterable[int], alive: Callable[[], bool], *,
                stall_s: float = STALL_S, max_s: float = MAX_S, poll_s: float = POLL_S,
-               wait: Callable[[float], bool] | None = None) -> str | None:
+               wait: Callable[[float], bool] | None = None, tree: bool = False) -> str | None:
     """Wait until `ready()`; None when it is, else the reason it never will be (a sentence).
 
     `alive()`: False as soon as a child has exited. `wait(timeout)`: how to sleep between checks
-    (e.g. an Event's wait, which returns True when it is set); default time.sleep."""
+    (e.g. an Event's wait, which returns True when it is set); default time.sleep. `tree`: the
+    progress of the processes' descendants counts too."""
     t0 = time.monotonic()
-    prog = Progress(pids, t0)
+    prog = Progress(pids, t0, tree=tree)
     while True:
         if ready():
             return None

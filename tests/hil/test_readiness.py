@@ -61,3 +61,23 @@ def test_progress_of_a_real_sleeping_child_stalls():
     finally:
         p.kill()
         p.wait()
+
+
+def test_descendants_and_the_progress_of_a_tree():
+    """A parent that only waits while its child works: stuck alone, moving as a tree."""
+    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
+            "print(p.pid, flush=True); p.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert child in readiness.descendants(parent.pid)
+        alive = lambda: parent.poll() is None  # noqa: E731
+        why = readiness.wait_ready(lambda: False, [parent.pid], alive, stall_s=1.0, max_s=3.0, tree=True)
+        assert why is not None and "max_s" in why, why  # the busy child kept the tree moving
+        why = readiness.wait_ready(lambda: False, [parent.pid], alive, stall_s=1.0, max_s=30.0)
+        assert why is not None and "no progress" in why, why  # the parent alone sleeps in wait()
+    finally:
+        for pid in readiness.descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
