@@ -175,7 +175,7 @@ def test_policy_and_safety_process_faults(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-@pytest.mark.timeout(3000)  # 9 runs of the shipped campaign (7 + 2 resumed), policy ones ~1 min each loaded
+@pytest.mark.timeout(3000)  # 8 runs of the shipped campaign; loaded, a policy run takes minutes
 def test_shipped_canaries_fail_and_a_canary_that_passes_makes_the_campaign_invalid(tmp_path):
     """The shipped campaign's known-bad runs (the wrapper opened, a PLC loop opened, faults twice
     their documented size) each fail a criterion; a canary that is not bad (fault none) passes,
