@@ -1,10 +1,15 @@
 # Two set-up commands: `make demo` (main job) and `make test` (whole suite).
+# `make test-loaded`: the suite beside a CPU hog (HOG_PER_CPU busy processes per CPU, killed
+# after; tests/cpu_hog.py), as on a busy machine; TESTS= narrows it (default: the whole suite).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean bench bench-long
+HOG_PER_CPU ?= 3
+TESTS ?= tests
+
+.PHONY: demo test test-loaded venv clean bench bench-long
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +27,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+test-loaded: $(STAMP)
+	$(BIN)/python tests/cpu_hog.py --per-cpu $(HOG_PER_CPU) -- $(BIN)/python -m pytest -q $(TESTS)
 
 # Every benchmark's JSON goes through benchmarks/results.py: benchmarks/results/<name>.json
 # (date, machine, load, versions, commit) and the generated table benchmarks/results/README.md,

@@ -56,16 +56,16 @@ def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwarg
         sys.exit(1)
 
 
-def _wait_ready(ready, proc, timeout_s: float) -> bool:
-    """Wait for `ready`, but no longer than the child lives (a server that dies is seen at once)."""
-    deadline = time.monotonic() + timeout_s
-    while not ready.wait(min(0.1, max(deadline - time.monotonic(), 0.0))):
-        if not proc.is_alive() or time.monotonic() >= deadline:
-            return ready.is_set()
-    return True
+def _wait_ready(ready, proc, max_s: float | None) -> str | None:
+    """Wait for `ready` while the child lives and makes progress (hil/readiness.py): None when it
+    is up, else why not (it died: seen at once; no CPU progress for readiness.STALL_S; max_s)."""
+    from hil import readiness
+
+    return readiness.wait_ready(ready.is_set, [proc.pid], proc.is_alive, wait=ready.wait,
+                                max_s=readiness.MAX_S if max_s is None else max_s, poll_s=0.1)
 
 
-def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
+def start_servers(scenario, image_name: str, timeout_s: float | None = None,
                   modbus_request_log: str | None = None) -> list[ServerProcess]:
     """Start a server process for each of [modbus] and [opcua] the scenario configures
     and does not switch off (`enabled = false`).
@@ -89,12 +89,13 @@ def start_servers(scenario, image_name: str, timeout_s: float = 30.0,
                                name=f"hil-{kind}", daemon=True)
             proc.start()
             started.append(ServerProcess(kind, proc, stop, summary_path))
-            if not _wait_ready(ready, proc, timeout_s):
+            why = _wait_ready(ready, proc, timeout_s)
+            if why is not None:
                 section = getattr(scenario, kind)
                 where = f"{kind} server on {section.host}:{section.port}"
                 code = proc.exitcode
                 raise RuntimeError(f"{where} exited with code {code} before listening (see its log above)"
-                                   if code is not None else f"{where} did not start within {timeout_s:g} s")
+                                   if code is not None else f"{where} did not start: {why}")
     except BaseException:
         stop_servers(started)
         shutil.rmtree(counters_dir, ignore_errors=True)

@@ -157,7 +157,11 @@ class Recorder:
             daemon=False,
         )
         self._proc.start()
-        ready.wait(60.0)  # up, with its libraries loaded, before the loop's clock starts
+        # up, with its libraries loaded, before the loop's clock starts: as long as it lives and
+        # makes progress (hil/readiness.py; a dead one is the children registry's to report)
+        from hil import readiness
+
+        readiness.wait_ready(ready.is_set, [self._proc.pid], self._proc.is_alive, wait=ready.wait, poll_s=0.1)
         self._w = 0
 
     def write_meta(self, **extra) -> None:

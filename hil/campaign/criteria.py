@@ -27,6 +27,11 @@ Kinds:
                         dropped rows
     run_completed       the run ended as planned (duration reached, or stopped by stop_after_s),
                         exit code 0: the plant did not diverge, no helper died
+    safety_envelope     cmd.* / app.* inside the scenario's declared [safety.projection]
+                        (hil/campaign/envelope.py)
+    paired_deviation, paired_iae, paired_time_outside, paired_final, paired_detection
+                        against the no-fault run of the same scenario and seed
+                        (hil/campaign/paired.py)
 """
 
 from __future__ import annotations

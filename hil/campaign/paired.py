@@ -19,6 +19,9 @@ The twin is the run of [campaign].baseline (default: the fault of kind "none").
     kind = "paired_time_outside"  # s outside [low, high] in the window: faulted - baseline <= max_extra_s
     kind = "paired_final"         # the last value vs the baseline's at the same step:
                                   # |d| <= max_abs and |d| / |baseline| <= max_rel
+    kind = "paired_deviation"     # the largest |value - baseline value| over the window, row by
+                                  # row at the same steps, <= max_abs (signal unit): how far the
+                                  # fault moved the process from where it would have been; NaN fails
     kind = "paired_detection"     # the fallback (safety baseline, loop watchdog, PLC comm loss)
                                   # engaged within `periods` steps of the fault start, and the
                                   # no-fault run did NOT engage in that stretch (else it is not a
@@ -117,6 +120,17 @@ def check_paired(cr, fdf, bdf, step_s: float, decimate: int, win, detection: tup
         return {"status": PASS if extra <= cr.max_extra_s else FAIL, "value": extra, "margin": cr.max_extra_s - extra,
                 "detail": f"{col} outside [{cr.low:g}, {cr.high:g}] for {a:g} s vs {b:g} s without the fault "
                           f"(+{extra:g} s, limit {cr.max_extra_s:g} s)"}
+    if cr.kind == "paired_deviation":
+        sf, sb = fdf["step"].to_numpy()[mf], bdf["step"].to_numpy()[mb]
+        _, i_f, i_b = np.intersect1d(sf, sb, assume_unique=True, return_indices=True)
+        if i_f.size == 0:
+            return {"status": FAIL, "value": None, "detail": f"no common rows of {col} in the window: cannot compare"}
+        d = np.abs(vf[i_f] - vb[i_b])
+        worst = float(np.max(d)) if not np.isnan(d).any() else math.inf  # NaN: not comparable, fails
+        at = int(sf[i_f][int(np.argmax(np.where(np.isnan(d), math.inf, d)))])
+        return {"status": PASS if worst <= cr.max_abs else FAIL, "value": worst, "margin": cr.max_abs - worst,
+                "detail": f"{col} at most {worst:.4g} from the run without the fault (step {at}; limit "
+                          f"{cr.max_abs:g}) over {i_f.size} row(s)"}
     if cr.kind == "paired_final":
         a = float(vf[-1]) if vf.size else math.nan
         b = float(vb[-1]) if vb.size else math.nan
@@ -218,9 +232,12 @@ def finalize(c, res: dict, paired: dict) -> dict:
     """Merge the paired criteria into a result: criteria (campaign order), failed, verdict, seen."""
     if res.get("verdict") == "error":
         return res
-    crit = dict(res.get("criteria", {}))
-    crit.update(paired)
     order = {cr.name: i for i, cr in enumerate(c.criteria)}
+    kind = {cr.name: cr.kind for cr in c.criteria}
+    # a criterion the campaign no longer has (edited since the run) is no part of the verdict, and
+    # the paired ones are evaluated afresh on every pass (`paired`): an earlier pass's are dropped
+    crit = {n: r for n, r in res.get("criteria", {}).items() if n in order and kind[n] not in PAIRED_KINDS}
+    crit.update(paired)
     res["criteria"] = dict(sorted(crit.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
     res["criteria_kinds"] = {cr.name: cr.kind for cr in c.criteria if cr.name in res["criteria"]}
     res["failed"] = [n for n, r in res["criteria"].items() if r["status"] == FAIL]

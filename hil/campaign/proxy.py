@@ -159,10 +159,10 @@ def _main(listen: socket.socket, host: str, port: int, seed: int, conn, ready) -
 class LinkProxy:
     """The proxy process and its control pipe."""
 
-    def __init__(self, listen: socket.socket, host: str, port: int, seed: int = 0, timeout_s: float = 15.0):
+    def __init__(self, listen: socket.socket, host: str, port: int, seed: int = 0, timeout_s: float | None = None):
         """listen: a bound TCP socket (hil/ports.py bind_free), held from its choice to the
         proxy's listen: no other process can take the port in between. Closed here once
-        the child holds its duplicate."""
+        the child holds its duplicate. timeout_s: None waits by handshake (hil/readiness.py)."""
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         ready = ctx.Event()
@@ -174,9 +174,14 @@ class LinkProxy:
         finally:
             listen.close()
         self.listen_port = listen_port
-        if not ready.wait(timeout_s):
+        from hil import readiness  # by handshake: as long as it lives and makes progress
+
+        why = readiness.wait_ready(ready.is_set, [self.proc.pid], self.proc.is_alive, wait=ready.wait, poll_s=0.1,
+                                   max_s=readiness.MAX_S if timeout_s is None else timeout_s)
+        if why is not None:
             self.proc.kill()
-            raise RuntimeError(f"link proxy on 127.0.0.1:{listen_port} did not start within {timeout_s:g} s")
+            self.proc.join(5.0)
+            raise RuntimeError(f"link proxy on 127.0.0.1:{listen_port} did not start: {why}")
         self.log: list[tuple[float, str]] = []
 
     def set(self, mode: str, **args) -> None:

@@ -86,7 +86,7 @@ class Criterion(_Strict):
     name: str
     kind: Literal["bounds", "envelope", "fallback_within", "rollback", "iae", "final", "time_outside",
                   "recording_complete", "run_completed", "safety_envelope", "paired_iae", "paired_time_outside",
-                  "paired_final", "paired_detection"]
+                  "paired_final", "paired_detection", "paired_deviation"]
     signal: str | None = None
     signals: list[str] | None = None
     low: float = unlimited(-math.inf)
@@ -110,10 +110,11 @@ class Criterion(_Strict):
     floor: float = Field(0.0, ge=0, description="paired_iae: smallest baseline IAE divided by (signal unit x s)")
     max_extra_s: float = unlimited(math.inf, ge=0, description="paired_time_outside: extra s outside [low, high]")
     max_rel: float = unlimited(math.inf, ge=0, description="paired_final: |final - baseline final| / |baseline final|")
-    max_abs: float = unlimited(math.inf, ge=0, description="paired_final: |final - baseline final| (signal unit)")
+    max_abs: float = unlimited(math.inf, ge=0, description="paired_final: |final - baseline final|; paired_deviation: "
+                               "max over the window of |value - baseline value| (signal unit)")
 
 
-PAIRED_KINDS = ("paired_iae", "paired_time_outside", "paired_final", "paired_detection")
+PAIRED_KINDS = ("paired_iae", "paired_time_outside", "paired_final", "paired_detection", "paired_deviation")
 
 
 class Canary(_Strict):
@@ -230,7 +231,7 @@ def parse_campaign(data: dict, source: str = "", base_dir: str | Path = ".") -> 
         if cr.kind in PAIRED_KINDS and base is None:
             raise ConfigError(f"criteria[{i}].kind", f"{cr.kind} compares with the no-fault run: add a "
                               f"[faults.none] kind = \"none\" (or name it in campaign.baseline)", source=source)
-        if cr.kind in ("paired_iae", "paired_time_outside", "paired_final") and not cr.signal:
+        if cr.kind in ("paired_iae", "paired_time_outside", "paired_final", "paired_deviation") and not cr.signal:
             raise ConfigError(f"criteria[{i}].signal", f"a {cr.kind} criterion needs a signal", source=source)
         if cr.kind == "paired_iae" and (cr.setpoint is None or math.isinf(cr.max_ratio)):
             raise ConfigError(f"criteria[{i}].max_ratio", "a paired_iae criterion needs a setpoint and max_ratio",
@@ -241,6 +242,8 @@ def parse_campaign(data: dict, source: str = "", base_dir: str | Path = ".") -> 
         if cr.kind == "paired_final" and math.isinf(cr.max_rel) and math.isinf(cr.max_abs):
             raise ConfigError(f"criteria[{i}].max_rel", "a paired_final criterion needs max_rel or max_abs",
                               source=source)
+        if cr.kind == "paired_deviation" and math.isinf(cr.max_abs):
+            raise ConfigError(f"criteria[{i}].max_abs", "a paired_deviation criterion needs max_abs", source=source)
         if cr.kind == "paired_detection" and cr.periods is None:
             raise ConfigError(f"criteria[{i}].periods", "a paired_detection criterion needs periods", source=source)
         if cr.kind == "envelope" and cr.envelope not in c.envelopes:

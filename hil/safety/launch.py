@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HANG_S_DEFAULT = 5.0  # wall s without a heartbeat: hung (when [policy] restart does not say)
-STARTUP_S = 60.0  # wall s a (re)started policy process has to write its first heartbeat
+# a (re)started policy process has to write its first heartbeat while it makes progress (its CPU
+# time moves at least every readiness.STALL_S wall s) and within readiness.MAX_S in any case
 
 
 @dataclass
@@ -139,10 +140,12 @@ def _policy_view(scenario, pdir: str, conf):
 
 
 def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
-          policy_version: str | None = None, ready_timeout_s: float = 30.0, key: bytes | None = None) -> Handles:
-    """Start the safety and policy processes and wait (up to ready_timeout_s) until both have
-    their sockets open. `log_dir`: where the decision log and the safety's status file go
-    (default: [safety].decision_log). `stderr`: a file for both children's stderr. `key`: the
+          policy_version: str | None = None, ready_timeout_s: float | None = None,
+          key: bytes | None = None) -> Handles:
+    """Start the safety and policy processes and wait until both have their sockets open
+    (readiness by handshake, hil/readiness.py: as long as they are alive and using CPU, up to
+    ready_timeout_s wall s, default readiness.MAX_S; a child that exits fails at once).
+    `log_dir`: where the decision log and the safety's status file go (default: [safety].decision_log). `stderr`: a file for both children's stderr. `key`: the
     run's bus secret (default: read from the run directory, where the loop's endpoint created it).
     The policy process is confined (hil/confine.py: its own uid as root, Landlock otherwise);
     its status file lives in its own directory `<run dir>/policy/`.
@@ -203,9 +206,10 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=pol_env,
                       popen_kw=pol_kw, policy_boot=pol_boot, confinement=conf.as_dict())
     handles.supervisor = PolicySupervisor(handles, scenario.policy.restart)
-    if not wait_ready(handles, ready_timeout_s):
+    why = wait_ready(handles, ready_timeout_s)
+    if why is not None:
         codes = stop(handles)
-        raise RuntimeError(f"policy/safety processes did not come up (exit codes {codes}); see their stderr")
+        raise RuntimeError(f"policy/safety processes did not come up: {why} (exit codes {codes}); see their stderr")
     return handles
 
 
@@ -241,16 +245,17 @@ def alive(proc: subprocess.Popen) -> bool:
     return proc.poll() is None
 
 
-def wait_ready(handles: Handles, timeout_s: float = 20.0) -> bool:
-    """Wait until both children are up (the safety's status file exists, the policy's too)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not (alive(handles.policy) and alive(handles.safety)):
-            return False
-        if os.path.exists(handles.status_path) and os.path.exists(handles.policy_status_path):
-            return True
-        time.sleep(0.02)
-    return False
+def wait_ready(handles: Handles, max_s: float | None = None) -> str | None:
+    """Wait until both children are up (the safety's status file exists, the policy's too):
+    None, or why they never will be (one exited; no CPU progress for readiness.STALL_S; max_s
+    wall s, default readiness.MAX_S, passed). No fixed short bound: a loaded machine is slow,
+    not wrong."""
+    from hil import readiness
+
+    return readiness.wait_ready(
+        lambda: os.path.exists(handles.status_path) and os.path.exists(handles.policy_status_path),
+        [handles.policy.pid, handles.safety.pid], lambda: alive(handles.policy) and alive(handles.safety),
+        max_s=readiness.MAX_S if max_s is None else max_s)
 
 
 def stop(handles: Handles | None, timeout_s: float = 5.0) -> dict:
@@ -282,7 +287,7 @@ class PolicySupervisor:
 
     Counters (the run summary's "policy" entry): policy_deaths (exited), policy_hangs (no
     heartbeat for hang_s), policy_restarts, policy_restart_failures (a restart that did not come
-    up within STARTUP_S). `alarms`: one line per death or hang, with the wall time since start."""
+    up: no CPU progress for readiness.STALL_S, or not up within readiness.MAX_S). `alarms`: one line per death or hang, with the wall time since start."""
 
     def __init__(self, handles: Handles, restart=None):
         self.h = handles
@@ -295,6 +300,7 @@ class PolicySupervisor:
         self._state = "starting"  # starting | up | hung | down | gave_up
         self._spawned_wall = time.time()
         self._spawned = self._t0
+        self._progress = None  # readiness.Progress of the starting policy process
         self._restart_at = 0.0
         self._killed = False
 
@@ -324,9 +330,9 @@ class PolicySupervisor:
                     self._state = "up"
                     if self.counters["policy_restarts"]:
                         new.append(self._event(now, f"policy process {proc.pid} is up again"))
-                elif now - self._spawned > STARTUP_S:
+                elif (why := self._startup_failed(now)) is not None:
                     self.counters["policy_restart_failures"] += 1
-                    new.append(self._alarm(now, f"policy process {proc.pid} did not come up in {STARTUP_S:g} s"))
+                    new.append(self._alarm(now, f"policy process {proc.pid} did not come up: {why}"))
                     self._kill()
             elif self._state == "up":
                 age = self._heartbeat_age()
@@ -377,12 +383,25 @@ class PolicySupervisor:
             self._state = "down"
             self._restart_at = now + min(r.backoff_s * 2.0 ** n, r.backoff_max_s)
 
+    def _startup_failed(self, now: float) -> str | None:
+        """Why a starting policy process counts as failed (None: still coming up)."""
+        from hil import readiness
+
+        if self._progress is None or self._progress.pids != [self.h.policy.pid]:
+            self._progress = readiness.Progress([self.h.policy.pid], self._spawned)
+        if now - self._spawned > readiness.MAX_S:
+            return f"not up after {now - self._spawned:.0f} s"
+        if self._progress.stalled_s(now) > readiness.STALL_S:
+            return f"no progress for {readiness.STALL_S:g} s (its CPU time did not move): stuck"
+        return None
+
     def _spawn(self, now: float, new: list[str]) -> None:
         try:
             os.remove(self.h.policy_status_path)
         except OSError:
             pass
         self._spawned_wall, self._spawned, self._killed = time.time(), now, False
+        self._progress = None
         try:
             self.h.policy = spawn(self.h.policy_cmd, self.h.policy_boot, **self.h.popen_kw)
         except OSError as exc:

@@ -202,14 +202,18 @@ class Rig:
         self.procs.append((p, stop))
         return p
 
-    def start_server(self, log_path=None, stats_path=None, timeout_s: float = 30.0):
+    def start_server(self, log_path=None, stats_path=None, timeout_s: float | None = None):
         ready, stop = self.ctx.Event(), self.ctx.Event()
         p = self.ctx.Process(target=server_main, args=(self.sc, self.image.name, ready, stop,
                                                        log_path, stats_path), daemon=True)
         p.start()
         self.procs.append((p, stop))
-        if not ready.wait(timeout_s):
-            raise RuntimeError(f"modbus server did not start (exit code {p.exitcode})")
+        from hil import readiness  # by handshake: as long as it lives and makes progress
+
+        why = readiness.wait_ready(ready.is_set, [p.pid], p.is_alive, wait=ready.wait, poll_s=0.1,
+                                   max_s=readiness.MAX_S if timeout_s is None else timeout_s)
+        if why is not None:
+            raise RuntimeError(f"modbus server did not start: {why} (exit code {p.exitcode})")
         self.server, self.server_stop = p, stop
         return p
 

@@ -59,7 +59,7 @@ def spec():
 class OpcuaServer:
     """A running `serve_forever` child over an image this process owns."""
 
-    def __init__(self, data: dict, workdir: Path, ready_timeout_s: float = 60.0):
+    def __init__(self, data: dict, workdir: Path, ready_timeout_s: float | None = None):
         from hil.config import parse_scenario
         from hil.image import ProcessImage
 
@@ -85,13 +85,19 @@ class OpcuaServer:
             self.stop()
             raise
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _wait_ready(self, max_s: float | None) -> None:
+        """READY on its stdout, waited for as long as the server lives and makes progress
+        (hil/readiness.py): a loaded machine is slow, not wrong; a dead server fails at once."""
+        from hil import readiness
+
         got: list[str] = []
         reader = threading.Thread(target=lambda: got.append(self.proc.stdout.readline()), daemon=True)
         reader.start()
-        reader.join(timeout_s)
-        if not got or not got[0].startswith("READY"):
-            raise RuntimeError(f"OPC UA server did not start: {self.log()}")
+        why = readiness.wait_ready(lambda: bool(got), [self.proc.pid], lambda: self.proc.poll() is None,
+                                   wait=lambda s: (reader.join(s), bool(got))[1], poll_s=0.1,
+                                   max_s=readiness.MAX_S if max_s is None else max_s)
+        if why is not None or not got[0].startswith("READY"):
+            raise RuntimeError(f"OPC UA server did not start ({why or got[0].strip()!r}): {self.log()}")
 
     @property
     def url(self) -> str:

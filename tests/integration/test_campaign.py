@@ -135,10 +135,17 @@ POLICY_CAMPAIGN = f"""
     name = "fallback"
     kind = "fallback_within"
     periods = 3
+    faults = ["nan"]
     [[criteria]]
-    name = "applied_in_bounds"
-    kind = "bounds"
-    signals = ["app.agitation_power", "app.base_flow"]
+    name = "loop_fallback"
+    kind = "fallback_within"
+    periods = 15
+    faults = ["safety_crash"]
+    [[criteria]]
+    name = "wrapper_envelope"
+    kind = "safety_envelope"
+    on = ["cmd"]
+    faults = ["nan"]
 """
 
 
@@ -149,16 +156,68 @@ def test_policy_and_safety_process_faults(tmp_path):
     nan = json.loads((out / "results" / "policy.nan.s7.json").read_text())
     crash = json.loads((out / "results" / "policy.safety_crash.s7.json").read_text())
     assert nan.get("error") is None and crash.get("error") is None, (nan.get("error"), crash.get("error"))
-    # NaN from the model: the policy is silent from t = 100 s, the safety's baseline acts at once
-    assert nan["criteria"]["fallback"]["status"] == "pass", nan["criteria"]
+    # NaN from the model: the policy is silent from t = 100 s, the safety's baseline acts at once,
+    # and what the wrapper let through stayed inside its declared envelope
+    assert nan["verdict"] == "pass", nan["criteria"]
     assert nan["criteria"]["fallback"]["value"] <= 1
+    assert nan["criteria"]["wrapper_envelope"]["status"] == "pass", nan["criteria"]["wrapper_envelope"]
+    assert "loop_fallback" not in nan["criteria"] or nan["criteria"]["loop_fallback"]["status"] == "n/a"
     kinds = {e["kind"] for e in nan["interventions"]}
     assert "silent_enter" in kinds
-    # the safety process died: the loop's watchdog applies bus.fallback_action within watchdog_s
-    assert crash["criteria"]["fallback"]["value"] is not None, crash["criteria"]
+    # the safety process died: the loop's watchdog (2 s) and its ramp reach bus.fallback_action
+    # within 15 periods (measured 9 in the shipped campaign)
+    assert crash["verdict"] == "pass", crash["criteria"]
+    assert 2 <= crash["criteria"]["loop_fallback"]["value"] <= 15, crash["criteria"]
     assert crash["summary"]["stop_reason"] == "stop requested"  # stop_after_s ended it
     assert "injected fault safety_crash" in (out / "runs" / "policy.safety_crash.s7" / "stderr.log").read_text()
-    assert r.returncode in (0, 1)
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["passed_runs"] == summary["runs"] == 2 and summary["valid"], summary
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.timeout(3000)  # 8 runs of the shipped campaign; loaded, a policy run takes minutes
+def test_shipped_canaries_fail_and_a_canary_that_passes_makes_the_campaign_invalid(tmp_path):
+    """The shipped campaign's known-bad runs (the wrapper opened, a PLC loop opened, faults twice
+    their documented size) each fail a criterion; a canary that is not bad (fault none) passes,
+    and then the campaign is INVALID: exit 3, a banner, a JUnit failure."""
+    from hil.campaign.expand import expand
+    from hil.campaign.schema import load_campaign
+
+    shipped = ROOT / "configs/campaigns/bioreactor_faults.toml"
+    c = load_campaign(shipped)
+    canary_runs = [r for r in expand(c) if r.canary and r.seed == 1]
+    assert {r.scenario for r in canary_runs} == {"plc", "policy"}
+    only = [r.run_id for r in canary_runs] + [f"{s}.none.s1" for s in sorted({r.scenario for r in canary_runs})]
+    args = ["campaign", "run", str(shipped), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress",
+            "--json"]
+    r = _run(args + [x for rid in only for x in ("--only", rid)], tmp_path, timeout=1800)
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    for run in canary_runs:
+        res = json.loads((tmp_path / "out" / "results" / f"{run.run_id}.json").read_text())
+        assert res.get("error") is None, (run.run_id, res.get("error"))
+        assert res["verdict"] == "fail" and res["failed"], (run.run_id, res["criteria"])
+    for name, s in summary["canaries"].items():
+        assert not s["passed"] and s["caught_by"], (name, s)
+    # the wrapper opened: what it let through (cmd) leaves the declared envelope
+    wrapper = summary["canaries"]["wrapper_off"]["caught_by"]
+    assert "wrapper_envelope" in wrapper, wrapper
+    # the canaries on seed 2 were not run: the campaign cannot be called valid (fail closed)
+    assert r.returncode == 3 and not summary["valid"] and "did not run" in summary["invalid_reason"], r.stderr[-2000:]
+
+    # a "canary" that is not bad passes every criterion: the campaign is INVALID because of it
+    text = shipped.read_text().replace('file = "../', f'file = "{ROOT}/configs/')
+    text += '\n[canaries.not_bad]\nscenario = "plc"\ndescription = "no fault at all"\nseeds = [1]\n'
+    camp = tmp_path / "with_a_good_canary.toml"
+    camp.write_text(text)
+    r2 = _run(["campaign", "run", str(camp), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress",
+               "--json", "--only", "plc.none.s1", "--only", "plc.canary.not_bad.s1"], tmp_path, timeout=1200)
+    s2 = json.loads(r2.stdout.strip().splitlines()[-1])
+    assert s2["canaries"]["not_bad"]["passed"] == ["plc.canary.not_bad.s1"], s2["canaries"]["not_bad"]
+    assert r2.returncode == 3 and "plc.canary.not_bad.s1 PASSED" in s2["invalid_reason"]
+    assert "CAMPAIGN INVALID" in r2.stderr
+    junit = ET.parse(tmp_path / "out" / "junit.xml").getroot()
+    failures = [f for f in junit.iter("failure") if f.get("type") == "canary"]
+    assert failures, ET.tostring(junit)[:2000]
 
 
 def test_same_verdicts_on_ray(tmp_path):

@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from tests.integration.net import free_port as _free_port, listening as _listening
+from tests.integration.net import free_port as _free_port, listening as _listening, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
@@ -24,11 +23,7 @@ def test_bench_modbus_and_opcua_against_hil_servers(tmp_path):
                "--set", f"modbus.port={mb}", "--set", f"opcua.port={uap}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while not (_listening(mb) and _listening(uap)):
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "servers never listened"
-            time.sleep(0.2)
+        wait_for(lambda: _listening(mb) and _listening(uap), proc, "servers never listened")
         r = subprocess.run(HIL + ["bench", "modbus", f"127.0.0.1:{mb}", "--requests", "60", "--rate", "200",
                                   "--count", "8", "--out", str(tmp_path / "mb"), "--json"],
                            capture_output=True, text=True, timeout=60)

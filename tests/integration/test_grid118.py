@@ -22,7 +22,7 @@ from pymodbus.client import ModbusTcpClient
 from hil.config import load_scenario
 from hil.recorder import read_recording
 from hil.softplc.scan import SoftPlc
-from tests.integration.net import free_port as _free_port, listening as _listening
+from tests.integration.net import free_port as _free_port, listening as _listening, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "grid118.toml"
@@ -100,11 +100,7 @@ def test_servers_and_softplc_over_real_sockets(tmp_path):
     stop = threading.Event()
     plc_stats: dict = {}
     try:
-        deadline = time.monotonic() + 120
-        while not (_listening(mb) and _listening(uap)):
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "servers never listened"
-            time.sleep(0.3)
+        wait_for(lambda: _listening(mb) and _listening(uap), proc, "servers never listened", poll_s=0.3)
         sc = load_scenario(path)
         plc = SoftPlc(sc, port=mb)
         th = threading.Thread(target=lambda: plc_stats.update(plc.run(None, stop)), daemon=True)

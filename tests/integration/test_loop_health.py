@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.integration.net import wait_for
 from tests.integration.test_run_cli import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +36,14 @@ def test_modbus_server_killed_mid_run_alarms_and_exits_4(tmp_path, required):
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        pid = None
-        while time.monotonic() < deadline and pid is None:
-            assert proc.poll() is None, proc.stderr.read()
-            pid = _listener_pid(mb) if _listener_pid(ua) else None
-            time.sleep(0.2)
+        got: list = []
+
+        def both_listen() -> bool:
+            got[:] = [_listener_pid(mb) if _listener_pid(ua) else None]
+            return got[0] is not None
+
+        wait_for(both_listen, proc, "the servers never listened")
+        pid = got[0]
         assert pid and pid != proc.pid, "the Modbus server never listened in its own process"
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=90)

@@ -13,13 +13,12 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from asyncua import Client, ua
 from pyModbusTCP.client import ModbusClient
-from tests.integration.net import free_port as _free_port, listening as _listening
+from tests.integration.net import free_port as _free_port, listening as _listening, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
@@ -60,11 +59,7 @@ def test_run_summary_carries_both_servers_final_counters(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while not (_listening(mb) and _listening(uap)):
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "servers never listened"
-            time.sleep(0.2)
+        wait_for(lambda: _listening(mb) and _listening(uap), proc, "servers never listened")
         # the probes above were connections without a request (hence connections >= 2 below)
         _modbus_client(mb)
         assert asyncio.run(asyncio.wait_for(_opcua_client(uap), 60)) == 0.05

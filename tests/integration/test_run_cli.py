@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.integration.net import free_port as _free_port
+from tests.integration.net import free_port as _free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
@@ -50,11 +50,7 @@ def _start_long_run(tmp_path) -> tuple[subprocess.Popen, Path]:
                "--set", "loop.time_scale=500"],  # 2 ms period
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(list(rec.glob("part-*.parquet"))) < 3:
-        time.sleep(0.1)
-        assert proc.poll() is None, proc.stderr.read().decode()
-    assert len(list(rec.glob("part-*.parquet"))) >= 3, "recorder wrote no parts"
+    wait_for(lambda: len(list(rec.glob("part-*.parquet"))) >= 3, proc, "recorder wrote no parts", poll_s=0.1)
     return proc, rec
 
 
@@ -105,16 +101,12 @@ def test_servers_do_not_outlive_a_killed_loop(tmp_path):
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        children = []
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            children = psutil.Process(proc.pid).children()
-            listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
-            if {mb, ua} <= listening:
-                break
-            time.sleep(0.2)
-        assert {mb, ua} <= listening and children, "servers never listened"
+        def servers_listen() -> bool:
+            return {mb, ua} <= {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
+
+        wait_for(servers_listen, proc, "servers never listened")
+        children = psutil.Process(proc.pid).children()
+        assert children
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         gone, alive = psutil.wait_procs(children, timeout=15)

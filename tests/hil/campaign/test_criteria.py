@@ -283,6 +283,32 @@ def test_paired_final_relative_and_absolute_deviation():
     assert paired(cr, rec(y__penicillin=np.r_[np.full(N - 1, 0.2), np.nan]), base)["status"] == FAIL
 
 
+def test_paired_deviation_is_the_largest_distance_from_the_twin_at_the_same_steps():
+    cr = crit(kind="paired_deviation", signal="y.dissolved_oxygen", max_abs=0.25, window="after_start")
+    base = rec(y__dissolved_oxygen=70.0 + np.sin(np.arange(N)))  # the twin moves on its own
+    near = base["y.dissolved_oxygen"].to_numpy().copy()
+    near[25:40] += 0.2
+    far = near.copy()
+    far[33] += 0.1  # 0.3 at step 33
+    assert paired(cr, rec(y__dissolved_oxygen=near), base)["status"] == PASS
+    r = paired(cr, rec(y__dissolved_oxygen=far), base)
+    assert r["status"] == FAIL and r["value"] == pytest.approx(0.3) and "step 33" in r["detail"], r["detail"]
+    # before the fault start (window after_start) a difference does not count; with "all" it does
+    early = base["y.dissolved_oxygen"].to_numpy().copy()
+    early[5] += 5.0
+    assert paired(cr, rec(y__dissolved_oxygen=early), base)["status"] == PASS
+    allw = crit(kind="paired_deviation", signal="y.dissolved_oxygen", max_abs=0.25)
+    assert paired(allw, rec(y__dissolved_oxygen=early), base)["status"] == FAIL
+    # the same steps: a faulted run stopped early is compared with the twin's first rows only
+    assert paired(cr, rec(n=35, y__dissolved_oxygen=near[:35]), rec(y__dissolved_oxygen=bump(40, 60, 99.0,
+                  base=0) + base["y.dissolved_oxygen"].to_numpy()))["status"] == PASS
+    # NaN (a broken plant) fails closed
+    nan = near.copy()
+    nan[30] = np.nan
+    r = paired(cr, rec(y__dissolved_oxygen=nan), base)
+    assert r["status"] == FAIL and r["value"] == math.inf
+
+
 def test_paired_detection_needs_the_fault_run_to_engage_and_the_twin_not_to():
     cr = crit(kind="paired_detection", periods=5)
     df = rec()
@@ -310,3 +336,14 @@ def test_finalize_merges_paired_verdicts_and_marks_the_fault_seen():
             "criteria": {"done": {"status": PASS}}}
     finalize(c, res3, {"iae": {"status": PASS}, "det": {"status": FAIL}})
     assert res3["seen"] is False  # no criterion saw it: counts against the detection goal
+
+
+def test_finalize_drops_stale_verdicts_of_an_earlier_pass_and_of_removed_criteria():
+    """The campaign was edited between two passes (resume): a paired criterion that no longer
+    applies to the run and a criterion that is gone leave no verdict behind."""
+    c = SimpleNamespace(criteria=[crit(name="done", kind="run_completed"),
+                                  crit(name="dev", kind="paired_deviation", signal="y.ph", max_abs=0.01)])
+    res = {"run": {"run_id": "p.f.s1"}, "fault": {"start_step": 20}, "verdict": "fail", "failed": ["dev", "old"],
+           "criteria": {"done": {"status": PASS}, "dev": {"status": FAIL}, "old": {"status": FAIL}}}
+    finalize(c, res, {})  # this pass: "dev" does not apply to the run any more
+    assert res["criteria"] == {"done": {"status": PASS}} and res["verdict"] == "pass", res

@@ -35,9 +35,17 @@ def test_shipped_campaigns_parse():
     from hil.campaign.schema import load_campaign
 
     c = load_campaign(ROOT / "configs/campaigns/bioreactor_faults.toml")
-    runs = expand(c)
+    all_runs = expand(c)
+    runs = [r for r in all_runs if not r.canary]
     kinds = {c.faults[r.fault]["kind"] for r in runs} - {"none"}
     assert len(runs) == 600 and len(kinds) >= 10 and len(c.seed_list()) == 20
+    # known-bad runs on both scenarios: the wrapper opened, a PLC loop opened, a fault twice its size
+    canaries = {(r.scenario, r.canary) for r in all_runs if r.canary}
+    assert {s for s, _ in canaries} == {"plc", "policy"} and len(canaries) >= 3, canaries
+    # no criterion that the loop's own clamp satisfies (bounds on app.*): the wrapper is judged on cmd.*
+    assert not [cr.name for cr in c.criteria if cr.kind == "bounds" and any(
+        s.startswith("app.") for s in (cr.signals or [cr.signal or ""]))]
+    assert any(cr.kind == "safety_envelope" and "cmd" in cr.on for cr in c.criteria)
     assert load_campaign(ROOT / "configs/campaigns/bioreactor_smoke_rt.toml").campaign.mode == "realtime"
 
 
