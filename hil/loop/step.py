@@ -30,14 +30,22 @@ A shield (issue 22) is a stage between decide and actuate_stage: it rewrites u_c
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import njit, prange
+from numba.core.errors import NumbaExperimentalFeatureWarning
 from numba.core.registry import CPUDispatcher
 from numba.core.typing.typeof import Purpose, typeof
 
 from hil.calibration.residual import apply_correction
 from hil.gaps.pipeline import GapPipeline, _actuate, _sense
 from hil.loop_kernels import check_state, clip_inputs
+
+# plant kernels passed as arguments are Numba's "first-class functions", which it still labels
+# experimental; they are what makes one step serve every plant (and are tested bit for bit)
+warnings.filterwarnings("ignore", message="First-class function type feature is experimental",
+                        category=NumbaExperimentalFeatureWarning)
 
 # ---- plant-contract adapters (plants/base.py: "ode" and "step" forms) ----
 #
