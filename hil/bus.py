@@ -17,6 +17,7 @@ import numpy as np
 import zmq
 
 from hil.bus_auth import ensure_private_dir
+from hil.processes import process_alive  # noqa: F401  (re-exported: bus peers watch their parent)
 from hil.bus_wire import (  # noqa: F401  (the bus's public names)
     DROP_COUNTERS,
     HEADER,
@@ -471,14 +472,3 @@ class LoopBusEndpoint:
             remove_run_key(self._key_path, self.key)
             release_run_dir(os.path.dirname(self._key_path))
             self._key_path = None
-
-
-def process_alive(pid: int) -> bool:
-    """True while process `pid` exists (bus peers exit when the process that started them dies)."""
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

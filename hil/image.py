@@ -49,6 +49,8 @@ from multiprocessing import shared_memory, resource_tracker
 
 import numpy as np
 
+from hil.processes import process_alive
+
 MAGIC = 0x48494C494D414745  # "HILIMAGE"
 VERSION = 2
 
@@ -128,23 +130,13 @@ def remove_stale_lock_files() -> list[str]:
         if m is None:
             continue
         try:
-            if os.lstat(path).st_uid != os.getuid() or _alive(int(m.group(1))):
+            if os.lstat(path).st_uid != os.getuid() or process_alive(int(m.group(1))):
                 continue
             os.unlink(path)
             removed.append(path)
         except OSError:
             continue
     return removed
-
-
-def _alive(pid: int) -> bool:
-    """True if a process `pid` exists (ours or another user's)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

@@ -34,6 +34,8 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 
+from hil.processes import process_alive
+
 INDEX_NAME = "runs.json"
 
 
@@ -43,15 +45,6 @@ def index_path() -> str:
     if xdg and os.path.isdir(xdg) and os.stat(xdg).st_uid == os.geteuid():
         return os.path.join(xdg, "hil", INDEX_NAME)
     return os.path.join(os.path.expanduser("~"), ".cache", "hil", INDEX_NAME)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -74,7 +67,7 @@ def _locked_index():
             runs = {}
         yield runs
         live = {k: v for k, v in runs.items()
-                if isinstance(v, dict) and isinstance(v.get("pid"), int) and _alive(v["pid"])}
+                if isinstance(v, dict) and isinstance(v.get("pid"), int) and process_alive(v["pid"])}
         data = json.dumps(live, indent=1).encode()
         os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
@@ -126,7 +119,7 @@ def locate(scenario):
         return scenario
     with _locked_index() as runs:
         entry = runs.get(scenario.name)
-    if not isinstance(entry, dict) or not isinstance(entry.get("pid"), int) or not _alive(entry["pid"]):
+    if not isinstance(entry, dict) or not isinstance(entry.get("pid"), int) or not process_alive(entry["pid"]):
         return scenario
     return scenario.model_copy(update={"bus": bus.model_copy(update={"ipc_dir": entry["dir"]})})
 

@@ -44,7 +44,7 @@ from hil.loop_kernels import check_state, clip_inputs
 
 # plant kernels passed as arguments are Numba's "first-class functions", which it still labels
 # experimental; they are what makes one step serve every plant (and are tested bit for bit)
-warnings.filterwarnings("ignore", message="First-class function type feature is experimental",
+warnings.filterwarnings("ignore", message=".*First-class function type feature is experimental",
                         category=NumbaExperimentalFeatureWarning)
 
 # ---- plant-contract adapters (plants/base.py: "ode" and "step" forms) ----
