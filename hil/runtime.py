@@ -306,7 +306,8 @@ class Runtime:
             from hil.safety.watch import SafetyWatch
 
             sec = self.scenario.safety
-            self.safety_watch = SafetyWatch(self._policy_handles, self.alarms, required=sec.required, hang_s=sec.hang_s)
+            self.safety_watch = SafetyWatch(self._policy_handles, self.alarms, required=sec.required, hang_s=sec.hang_s,
+                                            restart=sec.restart, respawn=launch.respawn_safety)
         else:
             self._policy_handles = None
 
@@ -564,14 +565,19 @@ class Runtime:
         if w is None:
             return
         if not self._stop:
-            w.check(summary.steps, summary.sim_time_s)
+            w.check(summary.steps, summary.sim_time_s, final=True)
         summary.dead_processes.update(w.dead())
         summary.extra["safety_watch"] = w.summary()
         if w.required and w.lost and summary.exit_code == 0:
             summary.exit_code = EXIT_SAFETY_LOST
             what = f"died ({w.died})" if w.died else f"hung {w.hangs} time(s) (no heartbeat for {w.hang_s:g} s)"
+            if w.restart is not None:
+                what = f"was lost ({w.deaths} death(s), {w.hangs} hang(s)) and is {w.state} as the run ends"
             self.warnings.append(f"the safety process {what} during the run; [safety] required = true: "
                                  f"exit code {EXIT_SAFETY_LOST}")
+        elif w.restarts:
+            self.warnings.append(f"the safety process was lost {w.deaths + w.hangs} time(s) and restarted "
+                                 f"{w.restarts} time(s) ([safety] restart); the loop's fallback acted meanwhile")
 
     def close(self) -> None:
         """Release the process image (the creator removes it) and a fallback run directory."""

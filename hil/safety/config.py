@@ -22,6 +22,8 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     required = true                     # a dead safety process stops the run (exit 8), a hung
                                         # one makes it exit 8 at the end; false: alarm only
     hang_s = 5.0                        # wall s without the safety's status heartbeat: hung
+    restart = { max_restarts = 2, backoff_s = 0.5 }   # start a dead/hung safety again, resuming
+                                        # at no higher a mode than it had (default: never)
 
     [safety.projection]
     box = { agitation_power = [0.0, 80.0] }       # tighter than the spec's bounds
@@ -146,6 +148,17 @@ class RestartSection(StrictModel):
     backoff_max_s: float = Field(default=30.0, gt=0, le=3600, description="wall s, cap of the backoff")
     hang_s: float = Field(default=5.0, gt=0, le=3600, description="wall s without a heartbeat (the policy's "
                           "status file, rewritten every 0.5 s) before a live policy process counts as hung")
+
+
+class SafetyRestartSection(StrictModel):
+    """[safety] restart = { max_restarts = 2, backoff_s = 0.5 }: start a dead or hung safety process
+    again (hil/safety/watch.py); it resumes in the lower of the configured mode and its
+    predecessor's last mode. Times are wall seconds."""
+
+    max_restarts: int = Field(default=2, ge=0, le=1000, description="restarts per run, at most")
+    backoff_s: float = Field(default=0.5, gt=0, le=3600, description="wall s before the first restart; "
+                             "doubles with each restart")
+    backoff_max_s: float = Field(default=30.0, gt=0, le=3600, description="wall s, cap of the backoff")
 
 
 class PolicySection(StrictModel):
@@ -326,6 +339,9 @@ class SafetySection(StrictModel):
                            "at the end; false: an alarm only, the loop's fallback action holds")
     hang_s: float = Field(default=5.0, ge=1.0, le=3600, description="wall s without the safety process's status "
                           "heartbeat (rewritten every 0.5 s, so at least 1 s) before it counts as hung")
+    restart: SafetyRestartSection | None = Field(
+        default=None, description="start a dead or hung safety process again (it never resumes above its "
+        "predecessor's mode); default: never")
     projection: ProjectionSection = Field(default_factory=ProjectionSection)
     confidence: ConfidenceSection = Field(default_factory=ConfidenceSection)
     fallback: FallbackSection = Field(default_factory=FallbackSection)

@@ -451,6 +451,16 @@ class SafetyCore:
                   "to": new, "reason": msg})
         return new
 
+    def resume(self, mode: str) -> None:
+        """This process replaces a safety process that died (hil/safety/watch.py): start no
+        higher than `mode` (its predecessor's last mode), and say so in the decision log."""
+        if mode not in MODES:
+            mode = MODES[0]
+        if MODES.index(mode) < MODES.index(self.rollout.mode):
+            self.rollout.demote(0.0, mode, "restarted after the safety process was lost")
+        self.log({"event": "restart", "mode": self.rollout.mode, "resumed_at_most": mode,
+                  "reason": "the previous safety process died or hung; rollout gates start over"})
+
     def demote(self, t_s: float, to: str, reason: str) -> bool:
         if to not in MODES:
             raise ValueError(f"unknown mode {to!r}")

@@ -56,6 +56,10 @@ class Handles:
     confinement: dict = field(default_factory=dict)  # hil.confine.Confinement of the policy process
     priority: int = 0  # SCHED_FIFO priority of both children in real time (set_priority), 0 = normal
     loop_cpu: int = -1  # the CPU the loop is pinned to (a restarted policy is kept off it), -1 = none
+    safety_cmd: list = field(default_factory=list)  # how a (re)started safety process is spawned
+    safety_boot: dict = field(default_factory=dict)
+    safety_kw: dict = field(default_factory=dict)
+    safety_mode: str = "shadow"  # the configured [safety] mode: a restart never resumes above it
 
 
 def scenario_to_json(scenario) -> str:
@@ -183,9 +187,10 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
                   env=child_env())
     # the safety: every channel (it signs actions, commands, advice)
-    safety = spawn([sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml",
-                    "--log", log, "--status", status, "--parent-pid", me],
-                   {"scenario": sc_data, **bootstrap_keys(secret)}, **common)
+    safety_cmd = [sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml",
+                  "--log", log, "--status", status, "--parent-pid", me]
+    safety_boot = {"scenario": sc_data, **bootstrap_keys(secret)}
+    safety = spawn(safety_cmd, safety_boot, **common)
     cmd = [sys.executable, "-m", "hil.policy.process", scenario_path or "scenario.toml",
            "--status", pol_status, "--parent-pid", me]
     if policy_version:
@@ -204,13 +209,49 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
         pol_kw.update(user=conf.uid, group=conf.gid, extra_groups=[])
     policy = spawn(cmd, pol_boot, **pol_kw)
     handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=pol_env,
-                      popen_kw=pol_kw, policy_boot=pol_boot, confinement=conf.as_dict())
+                      popen_kw=pol_kw, policy_boot=pol_boot, confinement=conf.as_dict(),
+                      safety_cmd=safety_cmd, safety_boot=safety_boot, safety_kw=common,
+                      safety_mode=scenario.safety.mode)
     handles.supervisor = PolicySupervisor(handles, scenario.policy.restart)
     why = wait_ready(handles, ready_timeout_s)
     if why is not None:
         codes = stop(handles)
         raise RuntimeError(f"policy/safety processes did not come up: {why} (exit codes {codes}); see their stderr")
     return handles
+
+
+def resume_mode(handles: Handles) -> str:
+    """The mode a restarted safety process starts in: the lower of the configured mode and the
+    mode its predecessor last wrote in its status file; shadow if that cannot be read (a restart
+    never promotes)."""
+    from hil.safety.config import MODES
+
+    try:
+        last = json.loads(Path(handles.status_path).read_text()).get("mode")
+    except (OSError, ValueError, AttributeError):
+        last = None
+    if last not in MODES:
+        return MODES[0]
+    return MODES[min(MODES.index(last), MODES.index(handles.safety_mode))]
+
+
+def respawn_safety(handles: Handles, mode: str) -> subprocess.Popen:
+    """Start a new safety process in place of a dead one (hil/safety/watch.py): the same command
+    and run secret (over its bootstrap pipe), resuming at `mode`; its predecessor's status file is
+    removed first, so its first heartbeat is its own. At the children's priority, off the loop's
+    CPU (it inherits both from the loop thread that spawns it)."""
+    try:
+        os.remove(handles.status_path)
+    except OSError:
+        pass
+    proc = spawn(handles.safety_cmd, {**handles.safety_boot, "resume": {"mode": mode}}, **handles.safety_kw)
+    if handles.priority:
+        _fifo_all_threads(proc.pid, handles.priority)
+    if handles.loop_cpu >= 0:
+        from hil.rt import keep_off_cpu
+
+        keep_off_cpu([proc.pid], handles.loop_cpu)
+    return proc
 
 
 def _fifo_all_threads(pid: int, priority: int) -> str | None:

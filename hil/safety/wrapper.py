@@ -49,7 +49,7 @@ CONTROL_REQUESTS_PER_WAKE = 16  # operator requests answered per wake-up (the re
 class DecisionLog:
     """JSONL, one record per line, each stamped with wall_ns; flushed at most every 0.2 s wall."""
 
-    URGENT = ("alarm", "rollback", "mode", "fallback_enter", "silent_enter", "stop", "start")
+    URGENT = ("alarm", "rollback", "mode", "fallback_enter", "silent_enter", "stop", "start", "restart")
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -367,6 +367,8 @@ def main(argv=None) -> int:
         scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
         proc = SafetyProcess(scenario, args.config, args.log, args.status,
                              key=child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None)
+        if boot.get("resume"):  # a restart after a death (hil/safety/watch.py): never above that mode
+            proc.core.resume(boot["resume"].get("mode", "shadow"))
         boot.clear()
     except (ConfigError, ValueError) as exc:
         print(f"safety: {exc}", file=sys.stderr)

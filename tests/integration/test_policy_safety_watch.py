@@ -105,3 +105,34 @@ def test_stopped_safety_raises_a_hang_alarm_and_exit_8_after_it_resumes(tmp_path
     assert summary.dead_processes == {}
     assert any("hung" in w and "exit code 8" in w for w in summary.warnings), summary.warnings
     _ramps_to_fallback(df, marks["stop"])  # the loop's fallback acted meanwhile, at the rate limits
+
+
+def test_killed_safety_with_restart_is_replaced_and_its_successor_acts_again(tmp_path):
+    """[safety] restart: the run goes on; the new safety (same secret, newer session) resumes in
+    the predecessor's mode (full here), and the plant again gets ITS decisions: asserted on the
+    APPLIED inputs against the new process's decision log records."""
+    from tests.hil.safety.helpers import read_log
+
+    safety = {"log_every_step": True, "restart": {"max_restarts": 1, "backoff_s": 0.2}}
+    # 12 s of wall time: a new Python process (numpy, Numba's cache) comes up in a few s when loaded
+    summary, df, marks = _run(tmp_path, 20.0, _kill, safety=safety, duration=600.0)
+    assert summary.state == "stopped" and summary.exit_code == 0 and summary.steps == 600, \
+        (summary.warnings, summary.extra["safety_watch"])
+    watch = summary.extra["safety_watch"]
+    assert watch["deaths"] == 1 and watch["restarts"] == 1 and watch["state"] == "up", watch
+    assert summary.dead_processes == {}
+    died = [a for a in summary.alarms if a["kind"] == "safety_died"]
+    assert len(died) == 1 and not died[0]["active"] and "restart #1" in died[0]["message"], summary.alarms
+    assert any("restarted 1 time" in w for w in summary.warnings), summary.warnings
+    log = read_log(tmp_path / "decisions.jsonl")
+    restart = [r for r in log if r["event"] == "restart"]
+    assert len(restart) == 1 and restart[0]["mode"] == "full", restart
+    i = log.index(restart[0])
+    after = {r["step"]: r for r in log[i:] if r["event"] == "decision"}
+    assert after and min(after) > marks["step"]
+    assert all(r["source"] == "policy" for r in after.values()), {r["source"] for r in after.values()}
+    app = df.set_index("step")[["app.base_flow", "app.agitation_power"]]
+    steps = [j for j in sorted(after) if (j + 1) in app.index]
+    assert len(steps) > 30
+    matched = sum(np.allclose(app.loc[j + 1].to_numpy(), after[j]["action"]) for j in steps)
+    assert matched >= 0.9 * len(steps), (matched, len(steps))  # (a late step may apply the held action)

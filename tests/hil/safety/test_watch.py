@@ -69,3 +69,103 @@ def test_missing_status_file_counts_as_no_heartbeat(tmp_path):
     status.unlink()
     w.check(1, 1.0)
     assert [a.kind for a in alarms.items] == ["safety_hung"]  # fail closed
+
+
+# ---- [safety] restart ----
+
+class FakeRestart:
+    def __init__(self, max_restarts=2, backoff_s=0.5, backoff_max_s=30.0):
+        self.max_restarts, self.backoff_s, self.backoff_max_s = max_restarts, backoff_s, backoff_max_s
+
+    def model_dump(self):
+        return dict(vars(self))
+
+
+class KillableProc(FakeProc):
+    def __init__(self, pid):
+        super().__init__()
+        self.pid = pid
+        self.signals = []
+
+    def send_signal(self, sig):
+        self.signals.append(sig)
+        self.code = -sig
+
+
+def _restarting(tmp_path, max_restarts=2, required=True, modes=None):
+    """A watch with [safety] restart whose respawn records the mode it was asked for."""
+    status = tmp_path / "safety-status.json"
+    status.write_text('{"mode": "full"}')
+    handles = SimpleNamespace(safety=KillableProc(100), status_path=str(status), safety_mode="limited")
+    spawned = []
+
+    def respawn(h, mode):
+        spawned.append(mode)
+        return KillableProc(101 + len(spawned))
+
+    alarms = Alarms()
+    w = SafetyWatch(handles, alarms, required=required, hang_s=2.0, restart=FakeRestart(max_restarts),
+                    respawn=respawn)
+    return w, handles, alarms, status, spawned
+
+
+def test_restart_after_death_resumes_no_higher_than_configured_and_clears_the_alarm(tmp_path):
+    w, h, alarms, status, spawned = _restarting(tmp_path)
+    h.safety.code = -signal.SIGKILL
+    assert w.check(10, 10.0, now=0.0) is None  # not a stop: a restart is due
+    assert w.state == "down" and [a.kind for a in alarms.items] == ["safety_died"] and alarms.items[0].active
+    assert w.check(11, 11.0, now=0.2) is None and not spawned  # within backoff_s (0.5 s)
+    assert w.check(12, 12.0, now=0.6) is None
+    # predecessor wrote "full", the scenario says "limited": the lower one; its status file is gone
+    assert spawned == ["limited"] and w.state == "starting" and h.safety.pid == 102
+    assert w.lost  # not up yet
+    status.write_text('{"mode": "limited"}')  # the new process's first heartbeat
+    w.check(13, 13.0, now=0.7)
+    assert w.state == "up" and not w.lost and not alarms.items[0].active
+    assert "restart #1" in alarms.items[0].message and "up again at step 13" in alarms.items[0].message
+    assert w.dead() == {} and w.summary()["restarts"] == 1 and w.summary()["deaths"] == 1
+
+
+def test_restart_budget_spent_stops_a_required_run(tmp_path):
+    w, h, alarms, status, spawned = _restarting(tmp_path, max_restarts=1)
+    h.safety.code = 1
+    w.check(1, 1.0, now=0.0)
+    w.check(2, 2.0, now=1.0)
+    assert spawned == ["limited"]
+    status.write_text("{}")
+    w.check(3, 3.0, now=1.1)
+    assert w.state == "up"
+    h.safety.code = 1  # the second death: no restart left
+    msg = w.check(4, 4.0, now=2.0)
+    assert msg and "max_restarts = 1" in msg and w.state == "gave_up" and w.lost
+    assert w.dead() == {"safety": "exited with code 1"}
+
+
+def test_hung_safety_with_restart_is_killed_and_replaced_without_counting_a_death(tmp_path):
+    w, h, alarms, status, spawned = _restarting(tmp_path)
+    now_wall = 1_000_000.0
+    _age(status, 3.0, now_wall)
+    old = h.safety
+    assert w.check(1, 1.0, now_wall=now_wall, now=0.0) is None
+    assert old.signals == [signal.SIGKILL] and w.hangs == 1
+    w.check(2, 2.0, now_wall=now_wall, now=0.1)  # its exit: scheduled, no new alarm
+    assert w.deaths == 0 and [a.kind for a in alarms.items] == ["safety_hung"] and w.state == "down"
+    w.check(3, 3.0, now_wall=now_wall, now=1.0)
+    assert spawned == ["limited"]  # its last status said "full": no higher than the configured "limited"
+
+
+def test_unreadable_predecessor_status_resumes_in_shadow(tmp_path):
+    w, h, alarms, status, spawned = _restarting(tmp_path)
+    status.write_text("not json")
+    h.safety.code = -signal.SIGSEGV
+    w.check(1, 1.0, now=0.0)
+    w.check(2, 2.0, now=1.0)
+    assert spawned == ["shadow"]
+
+
+def test_final_look_starts_nothing(tmp_path):
+    w, h, alarms, status, spawned = _restarting(tmp_path)
+    h.safety.code = 1
+    w.check(1, 1.0, now=0.0)
+    w.check(2, 2.0, now=5.0, final=True)
+    assert not spawned and w.lost and w.dead() == {"safety": "exited with code 1"}
