@@ -377,6 +377,88 @@ class EnvelopeLimits:
         b[1::2] = self.hi - h
 
 
+KIND_CODES = {"ee_box": 0, "joint_position": 1, "joint_velocity": 2}
+
+
+@njit(cache=True, nogil=True)
+def fill_envelope_rows(y, W, b, iq, idq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0, q, dq,
+                       kinds, horizons, lows, highs, cols):
+    """The compiled form of `EnvelopeLimits.fill` for several families at once (the in-loop
+    shield, hil/loop/shield.py): the envelope terms once at the measured (q, dq), then family f
+    (kinds[f]: 0 ee_box, 1 joint_position, 2 joint_velocity; horizon horizons[f] s; limits
+    lows[f, :e], highs[f, :e], e = 3 or nb) writes its 2 e rows, low/high per element, after
+    the previous family's. W: (rows, n_actions), b: (rows,), plant units (N m in, m, rad, rad/s
+    out); cols[j]: the action column of joint j's torque, -1 if not an action. Allocates
+    nothing; the same arithmetic as the numpy form (tested to 1e-12)."""
+    nb = iq.size
+    for j in range(nb):
+        q[j] = y[iq[j]]
+        dq[j] = y[idq[j]]
+    envelope_terms(q, dq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0)
+    for r in range(W.shape[0]):
+        for c in range(W.shape[1]):
+            W[r, c] = 0.0
+    r0 = 0
+    for f in range(kinds.size):
+        T = horizons[f]
+        kind = kinds[f]
+        e = 3 if kind == 0 else nb
+        for i in range(e):
+            if kind == 0:
+                h = pos[i]
+                jd = 0.0
+                jq = 0.0
+                for j in range(nb):
+                    jd += J[3 + i, j] * dq[j]
+                    jq += J[3 + i, j] * ddq0[j]
+                h = h + T * jd + 0.5 * T * T * jq
+            elif kind == 1:
+                h = q[i] + T * dq[i] + 0.5 * T * T * ddq0[i]
+            else:
+                h = dq[i] + T * ddq0[i]
+            for j in range(nb):
+                c = cols[j]
+                if c < 0:
+                    continue
+                if kind == 0:
+                    g = 0.0
+                    for l in range(nb):
+                        g += J[3 + i, l] * Minv[l, j]
+                    g *= 0.5 * T * T
+                elif kind == 1:
+                    g = 0.5 * T * T * Minv[i, j]
+                else:
+                    g = T * Minv[i, j]
+                W[r0 + 2 * i, c] = -g
+                W[r0 + 2 * i + 1, c] = g
+            b[r0 + 2 * i] = h - lows[f, i]
+            b[r0 + 2 * i + 1] = highs[f, i] - h
+        r0 += 2 * e
+
+
+def compiled_limits(families):
+    """(kernel, args) filling the rows of these EnvelopeLimits families (one model) in one call:
+    kernel(y, W, b, *args) (see fill_envelope_rows). The in-loop shield's form of
+    SAFETY_LIMITS; ValueError if the families do not share a model and actions."""
+    fams = list(families)
+    env = fams[0].env
+    if any(f.env is not env or not np.array_equal(f.cols, fams[0].cols) for f in fams):
+        raise ValueError("compiled limits: families of one model and one action list only")
+    nb = env.nb
+    lows = np.zeros((len(fams), nb))
+    highs = np.zeros((len(fams), nb))
+    for i, f in enumerate(fams):
+        lows[i, :f.lo.size], highs[i, :f.hi.size] = f.lo, f.hi
+    kinds = np.array([KIND_CODES[f.kind] for f in fams], dtype=np.int64)
+    horizons = np.array([f.T for f in fams])
+    args = (env.iq.astype(np.int64), env.idq.astype(np.int64), env.mf0, env.mi, env.wf.copy(), env.armature,
+            env.g0, np.zeros(3), np.zeros((6, nb)), np.zeros((nb, nb)), np.zeros(nb), np.zeros(nb), np.zeros(nb),
+            kinds, horizons, lows, highs, fams[0].cols.astype(np.int64))
+    return fill_envelope_rows, args
+
+
+SAFETY_LIMITS_COMPILED = compiled_limits
+
 SAFETY_LIMITS = {kind: (lambda kind: lambda model, actions, options: EnvelopeLimits(kind, model, actions, options))(kind)
                  for kind in ("ee_box", "joint_position", "joint_velocity")}
 

@@ -1,0 +1,209 @@
+"""The in-loop shield: the safety envelope enforced in the loop process, compiled (issue 22).
+
+Simplex / runtime assurance: the complex controller (the policy) proposes, a verified simple
+controller (the fallback) stands by, and the switch sits next to the actuator. Per step k
+(simulated seconds; one Numba call, nothing allocated):
+
+    reads Bad?      a signal a limit needs (its b(state) or a plant family's rows) is not finite,
+                    or a plant family wrote a non-finite row            -> FALLBACK_UNKNOWN
+    choose          the proposal, if the supervisor lets the policy act (allow_policy), it is
+                    finite, and it was made for a step in [k - max_age_steps, k]
+                    (else FALLBACK_MODE / FALLBACK_BAD / FALLBACK_LATE: the fallback law)
+    project         the closest action inside the envelope, the safety process's own kernel
+                    (hil/safety/projection.py `project_kernel`): box (physical bounds and
+                    [safety.projection].box), rate around the previous APPLIED value over one
+                    step, then the linear rows W a <= b(state): the configured ones and the
+                    plant's state-dependent families (W and b rebuilt every step by the
+                    plant's compiled fill, e.g. plants/panda.py `fill_envelope_rows`);
+                    unknown limits project the fallback on box and rate only (fail closed)
+    source          POLICY (unchanged), PROJECTED (moved by the envelope), or the FALLBACK_*
+                    reason, for the recording
+
+The fallback law per action input (`fb_kind`): 0 hold the applied value, 1 a fixed value,
+2 joint PD hold tau = kp (q_ref - q) - kd dq, with q_ref latched from the measured position
+when the fallback takes over (the arm is held where it is; a Bad q or dq gives zero torque, as
+hil/safety/fallback.py JointPdLaw). The PID fallback of the process plants stays in the safety
+process for now.
+
+    shield = Shield(scenario, spec, action_names, plant)    # from [safety.projection] / [safety.fallback]
+    code = shield.step(k, proposal, proposal_step, y_meas, u_applied, dt_s, out)
+
+`Shield.step` is one call into `shield_kernel`; the same kernel is what the loop's fused step
+calls. Equivalence with the safety process's Projector (Python families + the same kernel) is
+tested in tests/hil/loop/test_shield.py; its cost against the per-call projection of the
+safety process is `benchmarks/shield.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from hil.safety.projection import Projector, plant_module, project_kernel
+
+POLICY, PROJECTED, FALLBACK_LATE, FALLBACK_MODE, FALLBACK_BAD, FALLBACK_UNKNOWN = 0, 1, 2, 3, 4, 5
+SOURCE_NAMES = ("policy", "projected", "fallback:late", "fallback:mode", "fallback:bad_proposal",
+                "fallback:unknown_limits")
+FB_HOLD, FB_FIXED, FB_JOINT_PD = 0, 1, 2
+
+
+@njit(nogil=True)
+def _no_fill(y, W, b):
+    """The fill of a shield without plant families (no rows)."""
+    return
+
+
+@njit(nogil=True)
+def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy, y, u, prev, dt_s,
+                  lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
+                  fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state,
+                  a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi):
+    """One step of the shield; writes `out` (the action to actuate, plant units) and returns
+    its source code (POLICY ... FALLBACK_UNKNOWN). state[0]: 1 while the fallback acts (its
+    q_ref latched), else 0. See the module docstring for the rest."""
+    n = a.size
+    m = W.shape[0]
+    unknown = False
+    for j in range(reads_y.size):
+        if not np.isfinite(y[reads_y[j]]):
+            unknown = True
+    for j in range(reads_u.size):
+        if not np.isfinite(u[reads_u[j]]):
+            unknown = True
+    if not unknown and m > m_static:
+        fill(y, W[m_static:], b0[m_static:], *fill_args)
+        for r in range(m_static, m):
+            if not np.isfinite(b0[r]):
+                unknown = True
+            for c in range(n):
+                w = W[r, c]
+                if not np.isfinite(w):
+                    unknown = True
+                Wz[r, c] = w * scale[c]
+    code = POLICY
+    if unknown:
+        code = FALLBACK_UNKNOWN
+    elif not allow_policy:
+        code = FALLBACK_MODE
+    elif prop_step > k or prop_step < k - max_age_steps:
+        code = FALLBACK_LATE
+    else:
+        for i in range(n):
+            if not np.isfinite(prop[i]):
+                code = FALLBACK_BAD
+    if code == POLICY:
+        for i in range(n):
+            a[i] = prop[i]
+        state[0] = 0
+    else:
+        if state[0] == 0:  # the fallback takes over: hold the arm where it is now
+            for i in range(n):
+                if fb_kind[i] == FB_JOINT_PD:
+                    q_ref[i] = y[fb_iq[i]]
+            state[0] = 1
+        for i in range(n):
+            kind = fb_kind[i]
+            if kind == FB_FIXED:
+                a[i] = fb_value[i]
+            elif kind == FB_JOINT_PD:
+                q = y[fb_iq[i]]
+                dq = y[fb_idq[i]]
+                if np.isfinite(q) and np.isfinite(dq) and np.isfinite(q_ref[i]):
+                    a[i] = fb_kp[i] * (q_ref[i] - q) - fb_kd[i] * dq
+                else:
+                    a[i] = 0.0
+            else:
+                a[i] = u[act_u[i]]
+    if unknown:
+        status = project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz[:0], b0[:0], By[:0],
+                                Bu[:0], scale, out, lo_eff, hi_eff, src, bvec[:0], work, max_iter)
+    else:
+        status = project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, By, Bu, scale,
+                                out, lo_eff, hi_eff, src, bvec, work, max_iter)
+    if code == POLICY and status != 0:
+        code = PROJECTED
+    return code
+
+
+class Shield:
+    """The shield configured from a scenario's [safety.projection] and [safety.fallback] for
+    the action inputs `action_names` (plant units); the arrays the kernel needs, built once."""
+
+    def __init__(self, scenario, spec, action_names: list[str], plant=None, max_age_steps: int = 0):
+        sec = scenario.safety
+        self.names = list(action_names)
+        n = len(self.names)
+        proj = Projector(sec.projection, spec, self.names, plant=plant)
+        self.projector = proj  # the safety process's form (its families' numpy fill): the reference
+        self.lo, self.hi, self.rate, self.scale = proj.lo, proj.hi, proj.rate, proj.scale
+        m = proj.W.shape[0]
+        self.m_static = len(sec.projection.linear)
+        self.W = proj.W.copy()
+        self.Wz = proj.Wz.copy()
+        self.b0 = proj.b0.copy()
+        self.By, self.Bu = proj.By, proj.Bu
+        fam_reads = np.flatnonzero(proj._fam_reads.any(axis=0))
+        self.reads_y = np.unique(np.concatenate([np.flatnonzero((proj.By != 0).any(axis=0)), fam_reads])).astype(np.int64)
+        self.reads_u = np.flatnonzero((proj.Bu != 0).any(axis=0)).astype(np.int64)
+        self.fill, self.fill_args = _no_fill, ()
+        if proj.families:
+            compiled = getattr(plant_module(plant), "SAFETY_LIMITS_COMPILED", None)
+            if compiled is None:
+                raise ValueError(f"safety.projection.plant: {plant.name} has no compiled limit families "
+                                 "(SAFETY_LIMITS_COMPILED): the in-loop shield cannot enforce them")
+            self.fill, self.fill_args = compiled([fam for _, fam, _ in proj.families])
+        self.max_iter = proj.max_iter
+        self.max_age_steps = int(max_age_steps)
+        self.act_u = np.array([spec.index("inputs", a) for a in self.names], dtype=np.int64)
+        self.fb_kind = np.zeros(n, dtype=np.int64)
+        self.fb_value = np.zeros(n)
+        self.fb_iq = np.zeros(n, dtype=np.int64)
+        self.fb_idq = np.zeros(n, dtype=np.int64)
+        self.fb_kp = np.zeros(n)
+        self.fb_kd = np.zeros(n)
+        self._fallback_laws(sec.fallback, spec)
+        self.q_ref = np.full(n, np.nan)
+        self.state = np.zeros(1, dtype=np.int64)
+        self.a = np.zeros(n)
+        self.out_buf = np.zeros(n)
+        self.lo_eff = np.zeros(n)
+        self.hi_eff = np.zeros(n)
+        self.src = np.zeros(2 * n, dtype=np.int64)
+        self.bvec = np.zeros(m)
+        self.work = np.zeros((m + 6, 2 * n))
+        self.band_lo = np.full(n, -np.inf)
+        self.band_hi = np.full(n, np.inf)
+
+    def _fallback_laws(self, fb, spec) -> None:
+        """[safety.fallback]: fixed values, joint PD blocks, hold (the default: the applied value)."""
+        for name, value in fb.fixed.items():
+            if name in self.names:
+                i = self.names.index(name)
+                self.fb_kind[i], self.fb_value[i] = FB_FIXED, float(value)
+        for blk in fb.joint_pd:
+            if blk.gravity:
+                raise ValueError("safety.fallback.joint_pd.gravity: the in-loop shield's joint PD has no "
+                                 "gravity model (the drive compensates it: gravity = false)")
+            elems = spec.expand("inputs", blk.inputs)
+            iq, idq = spec.indices("outputs", blk.position), spec.indices("outputs", blk.velocity)
+            kp, kd = np.broadcast_to(blk.kp, len(elems)), np.broadcast_to(blk.kd, len(elems))
+            for e, name in enumerate(elems):
+                if name in self.names:
+                    i = self.names.index(name)
+                    self.fb_kind[i] = FB_JOINT_PD
+                    self.fb_iq[i], self.fb_idq[i] = iq[e], idq[e]
+                    self.fb_kp[i], self.fb_kd[i] = kp[e], kd[e]
+        unsupported = [lp.input for lp in fb.loops if lp.input in self.names]
+        if unsupported:
+            raise ValueError(f"safety.fallback.loops: the in-loop shield has no PID fallback yet ({', '.join(unsupported)}); "
+                             "these plants keep their fallback in the safety process")
+
+    def step(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
+             prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool = True) -> int:
+        """One shield step (see shield_kernel): `out` gets the action; returns the source code."""
+        return shield_kernel(self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+                             allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
+                             self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
+                             self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
+                             self.act_u, self.q_ref, self.state, self.a, out, self.lo_eff, self.hi_eff, self.src,
+                             self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi)
