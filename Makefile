@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(RECORD) protocol_latency -- $(BIN)/python benchmarks/protocol_latency.py
 	$(RECORD) grid_speed -- $(BIN)/python benchmarks/grid_speed.py
 	$(RECORD) manipulator_speed -- $(BIN)/python benchmarks/manipulator_speed.py
+	$(RECORD) shield -- $(BIN)/python benchmarks/shield.py
 	$(RECORD) panda_loop -- $(BIN)/python benchmarks/panda_loop.py --wall 10
 	$(RECORD) gym_speed -- $(BIN)/python benchmarks/gym_speed.py
 	$(RECORD) campaign_throughput -- $(BIN)/python benchmarks/campaign_throughput.py

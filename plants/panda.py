@@ -221,31 +221,25 @@ def envelope_terms(q, dq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0):
     Minv (armature included) and the drift acceleration ddq0 = FD(q, dq, tau = 0) without
     gravity (the drive compensates it in every mode): in torque mode with a gravity-
     compensating drive, ddq ~ ddq0 + Minv tau_target (friction and the current-loop lag left
-    out). Uses the work buffer wf as scratch."""
+    out). Uses the work buffer wf as scratch. One ABA (ddq0) and its column passes for Minv
+    (`dynamics.minv_after_aba`); checked against Pinocchio (tests/plants/test_panda_envelope.py)."""
     model = arm.model_views(mf, mi)
-    work, gq = arm.work_views(wf, mi[0])
+    work, _ = arm.work_views(wf, mi[0])
     parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po = model
     E, r, v, c, pA, IA, U, D, uu, acc, T, tmp = work[0], work[1], work[2], work[3], work[4], work[5], \
         work[6], work[7], work[8], work[9], work[10], work[11]
     f_ext = work[14]
-    col = work[15]
     tau = work[16]
     nb = ints[0]
     dyn.frame_kinematics(parent, jtype, E_tree, r_tree, q, ints[1], tcp_r, E, r, work[20], work[21], pos, J)
     for i in range(nb):
         tau[i] = 0.0
-        gq[i] = 0.0
         for k in range(6):
             f_ext[i, k] = 0.0
     dyn.aba(parent, jtype, E_tree, r_tree, inertia0, armature, g0, q, dq, tau, f_ext, ddq0,
             E, r, v, c, pA, IA, U, D, uu, acc, T, tmp)
-    for j in range(nb):
-        tau[j] = 1.0
-        dyn.aba(parent, jtype, E_tree, r_tree, inertia0, armature, g0, q, gq, tau, f_ext, col,
-                E, r, v, c, pA, IA, U, D, uu, acc, T, tmp)
-        tau[j] = 0.0
-        for i in range(nb):
-            Minv[i, j] = col[i]
+    # Minv from the articulated-body quantities that ABA just left at this q (U, D, E, r)
+    dyn.minv_after_aba(parent, jtype, E, r, U, D, pA, acc, tmp, Minv)
 
 
 class _Envelope:
