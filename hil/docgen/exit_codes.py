@@ -86,6 +86,7 @@ def command_codes() -> list[tuple[str, str]]:
     import click
 
     import hil.commands as pkg
+    from hil.docgen.cli_ref import walk
 
     out = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
@@ -94,7 +95,12 @@ def command_codes() -> list[tuple[str, str]]:
         if not isinstance(cmd, click.Command):
             continue
         doc = ast.get_docstring(ast.parse(Path(module.__file__).read_text())) or ""
-        out.append((f"hil {cmd.name}", docstring_exit_paragraph(doc)))
+        para = docstring_exit_paragraph(doc)
+        notes = [f"`{path}`: {m.group(1)}" for path, sub in walk(cmd, f"hil {cmd.name}")
+                 for m in [re.search(r"\((exit \d+[^)]*)\)", sub.help or "")] if m]
+        if notes:  # a subcommand's own code, as its help text states it
+            para = (para + " " if para else "") + "; ".join(notes) + "."
+        out.append((f"hil {cmd.name}", para))
     return out
 
 
@@ -106,7 +112,8 @@ def exit_codes_markdown() -> str:
     for name, para in command_codes():
         if name in ("hil demo",):
             continue
-        text = para or ("0 done, 1 an error it reports (the message says which), 2 bad configuration or usage "
-                        "(click's rule; no code of its own)")
+        rule = ("0 done, 1 an error it reports (the message says which), 2 bad configuration or usage "
+                "(click's rule)")
+        text = para if para and not para.startswith("`") else rule + (f"; {para}" if para else "")
         parts.append(f"| `{name}` | {_cell(text)} |")
     return "\n".join(parts) + "\n"

@@ -81,6 +81,7 @@ def test_exit_codes_come_from_the_constants_and_docstrings(tmp_path):
     assert "| 5 | `plants.grid.plant.EXIT_BLACKOUT` | blackout (`[plant] on_blackout`:" in md
     assert "| `hil campaign` | 0 every criterion held" in md and "3 it cannot compare" in md
     assert "| `hil softplc` | 0 done, 1 never exchanged data with the server" in md
+    assert "`hil safety promote`: exit 1 if refused." in md  # a subcommand's code, from its help
     assert {c for c, _ in command_codes()} >= {"hil campaign", "hil bench", "hil policy", "hil safety"}
     f = tmp_path / "m.py"
     f.write_text("X = 1\n# a comment\nEXIT_NEW_THING = 42  # it broke\nEXIT_OTHER = 9\n")
