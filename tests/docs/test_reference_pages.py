@@ -23,9 +23,12 @@ def test_every_command_and_option_is_in_the_cli_reference():
     for path, cmd in walk(main):
         assert f"`{path}`\n" in md, path
         assert f"Usage: {path} " in md, path
+        section = md.split(f"`{path}`\n", 1)[1].split("\n#", 1)[0]  # up to the next command's heading
         for p in cmd.params:
             if isinstance(p, click.Option):
-                assert f"`{p.opts[0]}`" in md.split(f"`{path}`\n", 1)[1], (path, p.opts[0])
+                assert f"| `{p.opts[0]}`" in section, (path, p.opts[0])
+            elif isinstance(p, click.Argument):
+                assert f"`{p.human_readable_name}`" in section, (path, p.name)
     run = md.split("### `hil run`\n", 1)[1].split("\n### ", 1)[0]
     assert "| `--lockstep` | flag | off | No wall clock: as fast as possible, deterministic. |" in run
     assert "`--set` `SECTION.KEY=VALUE` | text |  | Override a scenario value" in run and "(repeatable)" in run
