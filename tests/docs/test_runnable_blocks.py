@@ -59,7 +59,8 @@ def test_a_failing_or_silent_block_fails_and_stops_the_page(tmp_path):
     assert "timed out after 1 s" in res[0].output and res[0].problem()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.timeout(
+    sum(b.timeout_s for b in runnable.all_blocks()[p]) + 120.0)) for p in PAGES])  # each block has its bound
 def test_runnable_blocks_of_the_page_pass(page, tmp_path):
     work = runnable.repo_copy(tmp_path / "repo")
     for res in runnable.run_blocks(runnable.all_blocks()[page], work):

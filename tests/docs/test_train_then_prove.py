@@ -20,6 +20,12 @@ from tests.docs import runnable  # noqa: E402
 PAGE = "docs/guides/train-then-prove.md"
 
 
+def _bound_s() -> float:
+    """Each block has its own bound (its marker's timeout); the test's is their sum and a margin."""
+    return sum(b.timeout_s for b in runnable.all_blocks()[PAGE]) + 300.0
+
+
+@pytest.mark.timeout(_bound_s())
 def test_the_recipe_runs_as_written(tmp_path):
     blocks = runnable.all_blocks()[PAGE]
     scripts = "".join(b.script for b in blocks)
