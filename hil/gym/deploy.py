@@ -54,7 +54,9 @@ def shadow_run(config, policy_dir, version: str, *, duration_s: float, seed: int
     from hil.runtime import Runtime
 
     config = Path(config)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="hil-shadow-"))
+    # absolute: the decision log and status paths go into the scenario, whose relative paths are
+    # resolved against the scenario file, not the caller's cwd
+    work = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="hil-shadow-"))
     work.mkdir(parents=True, exist_ok=True)
     ipc = tempfile.mkdtemp(prefix="hg", dir="/tmp")  # short: an ipc path is at most 107 bytes
     data = tomllib.loads(config.read_text())

@@ -20,6 +20,17 @@ def test_mkdocs_build_strict(tmp_path):
     assert "<!-- generated:" not in bench  # every marker was replaced
     keys = (tmp_path / "site" / "reference" / "scenario" / "index.html").read_text()
     assert "<!-- generated:" not in keys and "time_scale" in keys
+    from hil.cli import main
+    from hil.docgen.cli_ref import walk
+
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    assert "<!-- generated:" not in cli
+    for path, _ in walk(main):  # every command, as a heading with its anchor
+        assert f'id="{path.replace(" ", "-")}"' in cli, path
+    codes = (tmp_path / "site" / "reference" / "exit-codes" / "index.html").read_text()
+    assert "<!-- generated:" not in codes and "EXIT_SAFETY_LOST" in codes
+    rec = (tmp_path / "site" / "reference" / "recording" / "index.html").read_text()
+    assert "<!-- generated:" not in rec and "meas.dissolved_oxygen" in rec and "group <code>bus.vm</code>" in rec
 
 
 def test_benchmark_tables_quote_the_result_files(tmp_path):
