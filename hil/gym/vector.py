@@ -25,8 +25,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from hil.loop.step import (LoopStep, batch_step, batch_step_serial, is_compiled, no_correction, outputs_ode,
-                            plant_adapters)
+from hil.loop.step import LoopStep, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
 from hil.recorder import columns_for
@@ -84,7 +83,6 @@ class HilVectorEnv(VectorEnv):
         corr = m.correction if m.correction is not None else no_correction(m.spec)
         self.corr = corr[:4]
         self.C_incr = np.zeros((N, corr[4].size))
-        self.advance, self.outputs_of = plant_adapters(m.plant_model)
         # "ode" plants with compiled kernels: every row in one batch call; others ("step" form:
         # per-instance work arrays, or a Python step) the same row kernel through one LoopStep
         # per instance over views of the rows
@@ -110,7 +108,11 @@ class HilVectorEnv(VectorEnv):
         self.autoreset = np.zeros(N, dtype=bool)
         self.drawn: list[dict] = [{} for _ in range(N)]
         self.parallel = N >= PARALLEL_MIN if parallel is None else bool(parallel)
-        self._kernel = batch_step if self.parallel else batch_step_serial
+        from hil.loop.specialize import fused_kernels
+
+        kern = fused_kernels(m.plant_model) if self.batched else None  # specialised: Numba caches it
+        self._kernel = (kern.batch_step if self.parallel else kern.batch_step_serial) if kern else None
+        self._prefix = kern.prefix if kern else ()
         self._y0 = np.zeros(m.n_y)
         self._ym0 = np.zeros(m.n_y)
         self._x0 = m.x0.copy()
@@ -167,7 +169,7 @@ class HilVectorEnv(VectorEnv):
         """The loop's compiled step (hil/loop/step.py row_step) on every running instance."""
         m, c = self.model, self.corr
         if self.batched:
-            self._kernel(self.advance, m.plant_step, self.outputs_of, m.plant_outputs, self.run, self.K, self.Tp,
+            self._kernel(*self._prefix, self.run, self.K, self.Tp,
                          self.X, self.Z, self.D, self.P, self.Ucmd, self.Uclip, self.Uapp, self.Y, self.Ymeas, self.W,
                          (), self.Aact, self.Asen, self.counts, self.status, m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol,
                          self.Xout, c[0], c[1], c[2], c[3], self.C_incr, self.Rows, m.step_s, m.dt_plant, m.substeps)

@@ -227,10 +227,11 @@ class LoopStep:
         self.row = np.zeros(n_cols)
         self.tp = np.zeros(1)
         model = plant.model
-        self.advance, self.outputs_of = plant_adapters(model)
+        self.advance, self.outputs_of = plant_adapters(model)  # the staged path's adapters
         self.W = plant._work if plant._work is not None else np.zeros((1, 1))
         self.aux = tuple(plant.aux)
         self.fused = is_compiled(model.step) and is_compiled(model.outputs)
+        self.kern = None  # hil.loop.specialize.FusedKernels of the plant's kernels (at the first fused step)
         self.hooks = None
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
         self._argv: list = []  # its arguments, bound with it
@@ -245,7 +246,7 @@ class LoopStep:
 
     def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
         pl, g, c = self.plant, self.gaps, self.corr
-        return (self.advance, pl.model.step, self.outputs_of, pl.model.outputs, k, self.tp, pl.x, pl.z, pl.d, pl.p,
+        return (*self.kern.prefix, k, self.tp, pl.x, pl.z, pl.d, pl.p,
                 self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas, self.W, self.aux, g._act_buf, g._sense_buf,
                 self.counts, self.u_lo, self.u_hi, self.x_lo, self.x_hi, self.x_tol, self.x_out, c[0], c[1], c[2],
                 c[3], c[4], self.row, self.step_s, self.dt, self.n_sub, wall_ns, late_us)
@@ -292,14 +293,17 @@ class LoopStep:
             model = self.plant.model
             if entry is None or self._bound_to[0] is not model.step or self._bound_to[1] is not model.outputs \
                     or self._bound_to[2] is not self.aux:
+                from hil.loop.specialize import fused_kernels
+
+                self.kern = fused_kernels(model)  # specialised to this plant, cached by Numba
                 args = self._fused_args(k, wall_ns, late_us)
-                status = row_step(*args)
-                self._entry = self._bind(args)
+                status = self.kern.row_step(*args)
+                self._entry = self._bind(self.kern.row_step, args)
                 self._argv = list(args)
                 self._bound_to = (model.step, model.outputs, self.aux)
             else:
                 argv = self._argv  # the bound arrays; only the step and the wall-clock figures change
-                argv[4] = k
+                argv[len(self.kern.prefix)] = k
                 argv[-2] = wall_ns
                 argv[-1] = late_us
                 status = entry(*argv)
@@ -308,7 +312,7 @@ class LoopStep:
         return self._staged(k, wall_ns, late_us)
 
     @staticmethod
-    def _bind(args: tuple):
+    def _bind(kernel, args: tuple):
         """row_step's compiled entry point for these arguments' types: the same machine code,
         called without the dispatcher's per-call typing of 37 arguments (two of them
         dispatchers: ~30 us a step, benchmarks/loop_overhead.py). The types are those of
@@ -316,7 +320,7 @@ class LoopStep:
         plant's kernels (checked by identity every step); None if Numba
         holds no exact match (then every step goes through the dispatcher)."""
         sig = tuple(typeof(a, Purpose.argument) for a in args)
-        cres = row_step.overloads.get(sig)
+        cres = kernel.overloads.get(sig)
         return cres.entry_point if cres is not None else None
 
     def _staged(self, k: int, wall_ns: int, late_us: float) -> int:
