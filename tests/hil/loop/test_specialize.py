@@ -92,3 +92,21 @@ def test_kernels_not_importable_by_name_get_the_generic_step():
         return t + dt
 
     assert specialize.source_for(local_step, local_step, "ode") is None
+
+
+def test_a_changed_callee_source_gives_a_new_generated_file(tmp_path, monkeypatch):
+    """Numba keys a cached function on its own file only: the generated step's text carries a
+    hash of the plant package's sources, so an edited plant kernel is never run from a stale
+    cache."""
+    pkg = tmp_path / "fakeplants"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "kern.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    importlib.import_module("fakeplants.sub.kern")
+    before = specialize.sources_digest("fakeplants.sub.kern")
+    (pkg / "helpers.py").write_text("Y = 2\n")  # a sibling the kernel may call
+    assert specialize.sources_digest("fakeplants.sub.kern") != before
