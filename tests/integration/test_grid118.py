@@ -76,15 +76,15 @@ def _scenario(tmp_path: Path, mb: int, uap: int) -> Path:
 async def _opcua(port: int) -> dict:
     async with Client(f"opc.tcp://127.0.0.1:{port}/hil", timeout=30) as c:
         idx = await c.get_namespace_index("urn:hil:grid118")
-        folder = await c.nodes.objects.get_child([f"{idx}:grid118", f"{idx}:Sensors", f"{idx}:line.closed"])
+        folder = await c.nodes.objects.get_child([f"{idx}:grid118", f"{idx}:Sensors", f"{idx}:line_closed"])
         children = await folder.get_children()
         first = children[0]
         vtype = await first.read_data_type_as_variant_type()
         closed = [await n.read_value() for n in children[:5]]
-        vm = c.get_node(ua.NodeId("grid118.Sensors.bus.vm.bus_12.vm", idx))
+        vm = c.get_node(ua.NodeId("grid118.Sensors.bus_12.vm", idx))
         vm12 = await vm.read_value()
         eu = await (await vm.get_child("0:EURange")).read_value()
-        sp = c.get_node(ua.NodeId("grid118.Actuators.gen.p_set.gen_5.p_set", idx))
+        sp = c.get_node(ua.NodeId("grid118.Actuators.gen_5.p_set", idx))
         await sp.write_value(ua.DataValue(ua.Variant(430.0, ua.VariantType.Double)))
         return {"n": len(children), "vtype": vtype, "closed": closed, "vm12": vm12, "eu": (eu.Low, eu.High)}
 
