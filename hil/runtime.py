@@ -52,7 +52,7 @@ from hil.image import ProcessImage
 from hil.loop.plant import load_correction, scenario_plant
 from hil.loop.step import LoopStep
 from hil.loop_kernels import take_into
-from hil.recorder import Recorder, RecorderDied, columns_for
+from hil.recorder import Recorder, RecorderDied, column_dtypes, columns_for
 from hil.status import StatusReporter
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
@@ -285,7 +285,7 @@ class Runtime:
                 "randomized": self.drawn,
                 "started_utc": datetime.now(timezone.utc).isoformat(),
             }
-            self.recorder = Recorder(self.record_path, self.columns, meta,
+            self.recorder = Recorder(self.record_path, self.columns, meta, dtypes=column_dtypes(self.spec),
                                      flush_interval_s=self.scenario.recording.flush_interval_s,
                                      block_when_full=self.lockstep)
         if self.start_servers and self.start_processes:
