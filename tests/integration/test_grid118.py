@@ -112,9 +112,14 @@ def test_servers_and_softplc_over_real_sockets(tmp_path):
             assert not vm.isError(), vm
             closed = c.read_discrete_inputs(0, count=186, device_id=1)
             assert not closed.isError() and all(closed.bits[:186])
-            # OPC UA before the breaker command below: opening line 10 cascades, and on a loaded
-            # machine the OPC UA session may come up only after the cascade reached lines 1-5
-            seen = asyncio.run(_opcua(uap))
+        finally:
+            c.close()
+        # OPC UA before the breaker command below: opening line 10 cascades, and on a loaded
+        # machine the OPC UA session may come up only after the cascade reached lines 1-5
+        seen = asyncio.run(_opcua(uap))
+        c = ModbusTcpClient("127.0.0.1", port=mb, timeout=5)
+        assert c.connect()
+        try:
             assert not c.write_coil(9, True, device_id=1).isError()        # line_10.open_cmd
         finally:
             c.close()
