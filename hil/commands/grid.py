@@ -55,26 +55,28 @@ def initial_inputs(sc, spec) -> np.ndarray:
     return u
 
 
-_SEVERITY = {"overload": 0, "load_loss": 1, "radial": 2, "secure": 3, "screened": 4}
+_SEVERITY = {"overload": 0, "load_loss": 1, "unconfirmed": 2, "radial": 3, "secure": 4, "screened": 5}
 
 
 def _table(result, console, rows: int) -> None:
     """The confirmed outages, worst first (insecure, radial, then by AC loading); ``rows`` at most (0: all)."""
     from rich.table import Table
 
-    confirmed = [o for o in result.outages if o.critical]
-    shown = sorted(confirmed, key=lambda o: (_SEVERITY[o.verdict], -np.nan_to_num(o.ac_max_loading)))
+    listed = [o for o in result.outages if o.critical or o.flagged]
+    shown = sorted(listed, key=lambda o: (_SEVERITY[o.verdict], -np.nan_to_num(o.ac_max_loading)))
     shown = shown[:rows] if rows > 0 else shown
-    t = Table(title=f"N-1 {result.case_name}: {len(result.outages)} outages screened (DC), {len(confirmed)} "
+    n_ac = sum(o.critical for o in result.outages)
+    t = Table(title=f"N-1 {result.case_name}: {len(result.outages)} outages screened (DC), {n_ac} "
                     f"confirmed with AC, {len(shown)} shown")
     for col in ("line", "from-to", "base MW", "DC max %", "AC max %", "worst line", "unserved MW", "islands",
                 "power flow", "verdict"):
         t.add_column(col, justify="right" if col not in ("verdict", "power flow") else "left")
-    style = {"overload": "red", "load_loss": "red", "radial": "yellow", "secure": "green"}
+    style = {"overload": "red", "load_loss": "red", "unconfirmed": "red", "radial": "yellow", "secure": "green"}
     for o in shown:
         dc = "islanding" if o.islanding else f"{100 * o.dc_max_loading:.1f}"
-        t.add_row(str(o.line), f"{o.from_bus}-{o.to_bus}", f"{o.base_mw:.1f}", dc, f"{100 * o.ac_max_loading:.1f}",
-                  str(o.ac_worst_line), f"{o.unserved_mw:.1f}", str(o.islands), o.pf_status,
+        ac = (f"{100 * o.ac_max_loading:.1f}", str(o.ac_worst_line), f"{o.unserved_mw:.1f}", str(o.islands)) \
+            if o.critical else ("-", "-", "-", "-")
+        t.add_row(str(o.line), f"{o.from_bus}-{o.to_bus}", f"{o.base_mw:.1f}", dc, *ac, o.pf_status or "-",
                   f"[{style.get(o.verdict, 'white')}]{o.verdict}[/]")
     console.print(t)
 
@@ -90,6 +92,7 @@ def _plot(result, path: str) -> None:
     ac = np.array([o.ac_max_loading for o in result.outages]) * 100
     isl = np.array([o.islanding for o in result.outages])
     bad = np.array([o.verdict in ("overload", "load_loss") for o in result.outages])
+    ac = np.where([o.critical for o in result.outages], ac, np.nan)
     fig, ax = plt.subplots(figsize=(12, 4.5))
     ax.bar(lines, np.nan_to_num(dc), color="0.75", label="DC screen (LODF): largest post-outage loading")
     ax.scatter(lines[~bad], ac[~bad], s=14, color="tab:green", label="AC confirmed, secure", zorder=3)

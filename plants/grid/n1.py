@@ -25,7 +25,8 @@ its rating), ``load_loss`` (load left without supply: an island without generati
 collapse), else ``secure``. A ``load_loss`` whose dead buses are only the ones the outage
 cuts off radially (a branch whose removal separates a part with no generation; no operating
 point can serve it) is reported as ``radial`` and does not make the point insecure unless
-``radial_is_insecure``. The point is N-1 secure when no outage is ``overload`` or ``load_loss``.
+``radial_is_insecure``. With ``confirm="none"`` a flagged outage stays ``unconfirmed``. The point
+is N-1 secure when no outage is ``overload``, ``load_loss`` or ``unconfirmed`` (fail closed).
 
 Units: MW, MVAr, loading as a fraction of the rating (1.0 = 100 %).
 """
@@ -43,6 +44,8 @@ SCREEN_LOADING = 0.9      # DC screening threshold (fraction of the rating)
 LIMIT_LOADING = 1.0       # AC verdict threshold (fraction of the rating)
 CONFIRM_DT_S = 1e-3       # length of the AC step that applies the outage (s): no dynamics to speak of
 UNSERVED_TOL_MW = 1e-6
+# verdicts that make a point not N-1 secure ("unconfirmed": flagged by DC, not checked with AC: fail closed)
+INSECURE = ("overload", "load_loss", "unconfirmed")
 
 
 @dataclass
@@ -58,13 +61,15 @@ class Outage:
     dc_max_loading: float            # largest DC-estimated post-outage loading (fraction); nan if islanding
     dc_worst_line: int               # 1-based line id of that maximum (0: none)
     critical: bool                   # confirmed with AC (screening flagged it, or confirm="all")
+    flagged: bool = False            # the DC screen flagged it (loading above the threshold, or islanding)
     ac_max_loading: float = float("nan")
     ac_worst_line: int = 0
     overloaded_lines: list = field(default_factory=list)   # 1-based ids above limit_loading (AC)
     unserved_mw: float = float("nan")
     islands: int = 0
     pf_status: str = ""
-    verdict: str = "screened"        # screened (DC only, below threshold) | secure | radial | overload | load_loss
+    verdict: str = "screened"        # screened (DC only, below threshold) | unconfirmed (flagged, confirm="none")
+    #                                  | secure | radial | overload | load_loss
 
 
 @dataclass
@@ -80,7 +85,7 @@ class N1Result:
 
     @property
     def insecure(self) -> list:
-        return [o for o in self.outages if o.verdict in ("overload", "load_loss")]
+        return [o for o in self.outages if o.verdict in INSECURE]
 
     @property
     def secure(self) -> bool:
@@ -195,10 +200,13 @@ def screen(model: GridModel, *, screen_loading: float = SCREEN_LOADING, limit_lo
         finite = np.isfinite(col)
         worst = int(np.nanargmax(col)) if finite.any() else -1
         dc_max = float(col[worst]) if worst >= 0 else float("nan")
-        critical = confirm == "all" or (confirm == "critical" and (bool(islanding[k]) or dc_max > screen_loading))
+        flagged = bool(islanding[k]) or dc_max > screen_loading
+        critical = confirm == "all" or (confirm == "critical" and flagged)
         o = Outage(branch=k, line=k + 1, from_bus=int(c.bus_id[c.f_bus[k]]), to_bus=int(c.bus_id[c.t_bus[k]]),
                    base_mw=float(base_pf_mw[k]), islanding=bool(islanding[k]), dc_max_loading=dc_max,
-                   dc_worst_line=worst + 1, critical=critical)
+                   dc_worst_line=worst + 1, critical=critical, flagged=flagged)
+        if flagged and not critical:
+            o.verdict = "unconfirmed"
         if critical:
             r = ac_outage(m, snap, k)
             load = r["loading"].copy()

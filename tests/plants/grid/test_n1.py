@@ -139,3 +139,12 @@ def test_one_ac_contingency_matches_pandapower(stressed):
     ref = int(np.flatnonzero(m.case.bus_type == 3)[0])
     slack_gen = int(np.flatnonzero(m.case.gen_bus == ref)[0])
     assert abs(float(net.res_ext_grid.p_mw.sum()) - pg[slack_gen]) < 1e-3   # MW
+
+
+def test_without_ac_confirmation_flagged_outages_fail_closed(stressed):
+    r = screen(stressed, confirm="none")
+    assert not r.secure
+    assert {o.verdict for o in r.insecure} == {"unconfirmed"}
+    assert not any(o.critical for o in r.outages) and all(o.flagged for o in r.insecure)
+    with pytest.raises(ValueError, match="confirm: 'some'"):
+        screen(stressed, confirm="some")
