@@ -95,7 +95,12 @@ def _plot(result, path: str) -> None:
     ac = np.where([o.critical for o in result.outages], ac, np.nan)
     fig, ax = plt.subplots(figsize=(12, 4.5))
     ax.bar(lines, np.nan_to_num(dc), color="0.75", label="DC screen (LODF): largest post-outage loading")
-    ax.scatter(lines[~bad], ac[~bad], s=14, color="tab:green", label="AC confirmed, secure", zorder=3)
+    radial = np.array([o.verdict == "radial" for o in result.outages])
+    ok = ~bad & ~radial
+    ax.scatter(lines[ok], ac[ok], s=14, color="tab:green", label="AC confirmed, secure", zorder=3)
+    if radial.any():
+        ax.scatter(lines[radial], ac[radial], s=18, color="gold", edgecolors="k", linewidths=0.5,
+                   label="AC confirmed, radial load loss", zorder=3)
     ax.scatter(lines[bad], ac[bad], s=18, color="tab:red", label="AC confirmed, insecure", zorder=3)
     top = np.nanmax(np.r_[dc, ac, 110.0])
     for x in lines[isl]:
