@@ -286,8 +286,12 @@ class ImageModbusServer(ModbusTcpServer):
                                  step, publish_ns, write_seq, served_ns))
 
 
-def _shared_with_opcua(scenario, spec, cmap: CompiledMap) -> list[str]:
-    """A line naming the actuators writable over both protocols (the last write wins), if any."""
+SHARED_LIST_SHOWN = 5  # actuators named in the one log line; the rest go to the run directory
+
+
+def _shared_with_opcua(scenario, spec, cmap: CompiledMap, list_path: str | None = None) -> list[str]:
+    """One line summarizing the actuators writable over both protocols (the last write wins), if
+    any; the full list, one signal per line, goes to `list_path` (the run directory) when given."""
     section = getattr(scenario, "opcua", None)
     if section is None or not section.enabled:
         return []
@@ -297,8 +301,17 @@ def _shared_with_opcua(scenario, spec, cmap: CompiledMap) -> list[str]:
     both = sorted({t.signal for t in cmap.tags if t.writable} & ua)
     if not both:
         return []
-    return [f"{', '.join(both)} also writable over OPC UA (Actuators/<signal>): the last write of either "
-            "protocol wins"]
+    shown = ", ".join(both[:SHARED_LIST_SHOWN]) + (f" and {len(both) - SHARED_LIST_SHOWN} more"
+                                                   if len(both) > SHARED_LIST_SHOWN else "")
+    where = ""
+    if list_path:
+        try:
+            Path(list_path).write_text("".join(f"{name}\n" for name in both))
+            where = f"; full list in {list_path}"
+        except OSError as exc:
+            where = f"; full list not written ({exc})"
+    return [f"{len(both)} actuators also writable over OPC UA (Actuators/<signal>), the last write of either "
+            f"protocol wins: {shown}{where}"]
 
 
 def final_counters(server: ImageModbusServer) -> dict:
@@ -312,7 +325,7 @@ def final_counters(server: ImageModbusServer) -> dict:
 
 async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event | None = None,
                 *, spec=None, request_log_path=None, stats_path=None, summary_path=None,
-                on_started=None) -> ImageModbusServer:
+                shared_list_path=None, on_started=None) -> ImageModbusServer:
     """Serve until `stop` is set (or the task is cancelled); returns the server (stats)."""
 
     section = scenario.modbus
@@ -328,7 +341,7 @@ async def serve(scenario, image: ProcessImage, ready=None, stop: asyncio.Event |
     log.info("modbus: listening on %s:%d (unit %d, %d tags, at most %d connections, idle timeout %s)",
              cmap.host, cmap.port, cmap.unit_id, len(cmap.tags), section.max_connections,
              f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off")
-    for line in describe_shared_views(cmap) + _shared_with_opcua(scenario, spec, cmap):
+    for line in describe_shared_views(cmap) + _shared_with_opcua(scenario, spec, cmap, shared_list_path):
         log.info("modbus: %s", line)
     sweeper = asyncio.ensure_future(server.sweep_idle())
     if on_started is not None:
@@ -369,7 +382,7 @@ def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:
 
 def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
                   request_log_path: str | None = None, stats_path: str | None = None,
-                  summary_path: str | None = None) -> None:
+                  summary_path: str | None = None, shared_list_path: str | None = None) -> None:
     """Process entry point: serve the image `image_name` until `stop`, SIGTERM or SIGINT."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -395,7 +408,7 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
         watcher = asyncio.ensure_future(watch_stop())
         try:
             await serve(scenario, image, ready, done, request_log_path=request_log_path,
-                        stats_path=stats_path, summary_path=summary_path)
+                        stats_path=stats_path, summary_path=summary_path, shared_list_path=shared_list_path)
         finally:
             watcher.cancel()
 

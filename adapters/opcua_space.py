@@ -9,12 +9,12 @@ Signal variables are AnalogItemType instances (Boolean ones BaseDataVariableType
 DataType, Description (with the unit), AccessLevel = CurrentRead (+ CurrentWrite for
 writable actuators), MinimumSamplingInterval, and the properties EURange (Range, plant
 units) and EngineeringUnits (EUInformation: UN/ECE code when the unit is known, else
-UnitId -1 with the unit as display name). One name per signal: a variable's BrowseName is
-the signal name (namespace: the scenario's) and its NodeId the string
-"<scenario>.<Folder>.<signal>" in that namespace ("<scenario>" is the folder,
-"<scenario>.Sensors", "<scenario>.Status.Step"...), so the browse path
-Objects/<scenario>/Sensors/<signal> resolves to ns=<i>;s=<scenario>.Sensors.<signal>. Only
-the DisplayName may differ ([[opcua.nodes]] display_name).
+UnitId -1 with the unit as display name). One name per signal (hil/tagmap/opcua.py): a
+variable's NodeId is the string "<scenario>.<Kind>.<signal>" in the scenario's namespace
+whatever folder it sits in ("<scenario>" is the root folder, "<scenario>.Sensors" a kind's
+folder, "<scenario>.Sensors/<folder>" an [[opcua.folders]] folder, "<scenario>.Status.Step"...);
+its BrowseName is the signal name with the RelativePath-reserved characters made '_'
+(browse_name_of), its DisplayName the signal name ([[opcua.nodes]] display_name overrides).
 
 Values: `refresh()` copies what changed in the image into the nodes, with SourceTimestamp =
 wall-clock time of the loop's publish (actuators: of the last input write) and quality
@@ -41,7 +41,7 @@ from asyncua import Server, ua
 
 from adapters.opcua_writes import WriteGuard
 from hil.image import H_IN_SEQ, H_IN_WRITE_NS, H_IN_WRITES, ProcessImage
-from hil.tagmap.opcua import UNECE_NAMESPACE, NodeInfo, OpcuaSection, resolve_nodes
+from hil.tagmap.opcua import UNECE_NAMESPACE, NodeInfo, OpcuaSection, folder_node_path, resolve_nodes
 
 log = logging.getLogger("hil.opcua")
 FOLDERS = {"sensor": "Sensors", "actuator": "Actuators", "applied": "Applied"}
@@ -212,7 +212,7 @@ class OpcuaAdapter:
             if info.folder:  # [[opcua.folders]]: an array group's own folder
                 if (info.kind, info.folder) not in folders:
                     folders[(info.kind, info.folder)] = await parent.add_folder(
-                        self._nid(f"{FOLDERS[info.kind]}.{info.folder}"), ua.QualifiedName(info.folder, idx))
+                        self._nid(folder_node_path(info.kind, info.folder)), ua.QualifiedName(info.folder, idx))
                 parent = folders[(info.kind, info.folder)]
             nid = self._nid(info.path)
             self.nodes_by_id[nid] = info

@@ -66,12 +66,14 @@ def _wait_ready(ready, proc, max_s: float | None) -> str | None:
 
 
 def start_servers(scenario, image_name: str, timeout_s: float | None = None,
-                  modbus_request_log: str | None = None) -> list[ServerProcess]:
+                  modbus_request_log: str | None = None, shared_list: str | None = None) -> list[ServerProcess]:
     """Start a server process for each of [modbus] and [opcua] the scenario configures
     and does not switch off (`enabled = false`).
 
     modbus_request_log: where the Modbus server dumps its per-request timing log at
-    shutdown (JSONL; `hil profile` turns it into a latency profile).
+    shutdown (JSONL; `hil profile` turns it into a latency profile). shared_list: where the
+    Modbus server writes the actuators writable over both Modbus and OPC UA (one per line; its
+    log names the first few and this file).
     """
     ctx = mp.get_context("spawn")
     started: list[ServerProcess] = []
@@ -85,6 +87,8 @@ def start_servers(scenario, image_name: str, timeout_s: float | None = None,
             kwargs: dict = {"summary_path": summary_path}
             if kind == "modbus" and modbus_request_log:
                 kwargs["request_log_path"] = modbus_request_log
+            if kind == "modbus" and shared_list:
+                kwargs["shared_list_path"] = shared_list
             proc = ctx.Process(target=_server_main, args=(module_name, scenario, image_name, ready, stop, kwargs),
                                name=f"hil-{kind}", daemon=True)
             proc.start()

@@ -20,7 +20,12 @@ Columns: step, t_s (simulated s at the end of the step), wall_ns (monotonic ns a
 start of the step), lateness_us, cmd.<input> (commanded), app.<input> (applied to the
 plant), x.<state> (true state), y.<output> (true output), meas.<output> (measured, as
 served), z.<algebraic> (algebraic unknowns), d.<discrete> (discrete state, exact integers),
-all float64, plant units. Array signals are recorded per element (`y.node_3.temp`, ...);
+plant units. Types on disk (`_meta.json` "dtypes", `column_dtypes`): `step` and `wall_ns`
+int64; each d.<discrete> column the smallest of int8/int16/int32/int64 that holds its bounds
+(a breaker status 0/1 and an island label -1..117 are int8); every other column float64
+(inputs, outputs and measurements can be non-finite: a dropout, a PLC's write). The ring
+between loop and writer stays float64 (integers below 2**53 are exact in it); the writer
+casts. Array signals are recorded per element (`y.node_3.temp`, ...);
 `_meta.json` "groups" maps each array group (`outputs.node.temp`) to [start, size, unit].
 """
 
@@ -56,11 +61,40 @@ def columns_for(spec) -> list[str]:
     )
 
 
-def _write_part(directory: Path, index: int, columns: list[str], rows: np.ndarray) -> None:
+INT_DTYPES = ("int8", "int16", "int32", "int64")
+
+
+def _int_dtype(low: float, high: float) -> str:
+    for name in INT_DTYPES:
+        info = np.iinfo(name)
+        if info.min <= low and high <= info.max:
+            return name
+    return "int64"
+
+
+def column_dtypes(spec) -> dict[str, str]:
+    """Columns recorded with an integer type (see the module docstring); the rest are float64."""
+    out = {"step": "int64", "wall_ns": "int64"}
+    for q in spec.discrete:
+        out[f"d.{q.name}"] = _int_dtype(q.low, q.high)
+    return out
+
+
+def _typed(col: np.ndarray, dtype: str) -> np.ndarray:
+    """A float64 ring column as `dtype`: integers by construction (exact below 2**53); a value that
+    is not (it cannot happen for these columns) reads as the type's minimum, never wraps."""
+    info = np.iinfo(dtype)
+    ok = np.isfinite(col) & (col >= info.min) & (col <= info.max)
+    return np.where(ok, np.rint(np.where(ok, col, 0.0)), info.min).astype(dtype)
+
+
+def _write_part(directory: Path, index: int, columns: list[str], rows: np.ndarray,
+                dtypes: dict[str, str] | None = None) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    arrays = [pa.array(rows[:, j]) for j in range(rows.shape[1])]
+    dtypes = dtypes or {}
+    arrays = [pa.array(_typed(rows[:, j], dtypes[c]) if c in dtypes else rows[:, j]) for j, c in enumerate(columns)]
     table = pa.Table.from_arrays(arrays, names=columns)
     tmp = directory / f".part-{index:06d}.parquet.tmp"
     pq.write_table(table, tmp, compression="zstd")
@@ -68,7 +102,7 @@ def _write_part(directory: Path, index: int, columns: list[str], rows: np.ndarra
 
 
 def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_interval_s: float, parent_pid: int,
-                   ready=None) -> None:
+                   ready=None, dtypes: dict[str, str] | None = None) -> None:
     """Recorder process: drain the ring into parts until closed or orphaned."""
     import pyarrow.parquet  # noqa: F401  (load the libraries now, not at the first flush)
 
@@ -91,7 +125,7 @@ def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_inte
             idx = np.arange(r, w) % cap
             rows = ring[idx].copy()
             header[R_READ] = w  # after the copy: the loop may reuse these slots now
-            _write_part(out, part, columns, rows)
+            _write_part(out, part, columns, rows, dtypes)
             part += 1
         if closed or orphaned:
             break
@@ -127,7 +161,7 @@ class Recorder:
     """
 
     def __init__(self, directory: str | Path, columns: list[str], meta: dict, *, flush_interval_s: float = 1.0,
-                 capacity: int = 1 << 16, block_when_full: bool = False):
+                 capacity: int = 1 << 16, block_when_full: bool = False, dtypes: dict[str, str] | None = None):
         if START_METHOD == "spawn":
             from hil.spawn_guard import check_main_guard
 
@@ -135,7 +169,8 @@ class Recorder:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.columns = columns
-        self.meta = dict(meta, columns=columns)
+        self.dtypes = {c: t for c, t in (dtypes or {}).items() if c in columns}
+        self.meta = dict(meta, columns=columns, dtypes=self.dtypes)
         self.block_when_full = block_when_full
         self.write_meta()
         ncols = len(columns)
@@ -152,7 +187,7 @@ class Recorder:
         ready = ctx.Event()
         self._proc = ctx.Process(
             target=_recorder_main,
-            args=(self._shm.name, str(self.directory), columns, flush_interval_s, os.getpid(), ready),
+            args=(self._shm.name, str(self.directory), columns, flush_interval_s, os.getpid(), ready, self.dtypes),
             name="hil-recorder",
             daemon=False,
         )

@@ -52,7 +52,7 @@ from hil.image import ProcessImage
 from hil.loop.plant import load_correction, scenario_plant
 from hil.loop.step import LoopStep
 from hil.loop_kernels import take_into
-from hil.recorder import Recorder, RecorderDied, columns_for
+from hil.recorder import Recorder, RecorderDied, column_dtypes, columns_for
 from hil.status import StatusReporter
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
@@ -285,14 +285,16 @@ class Runtime:
                 "randomized": self.drawn,
                 "started_utc": datetime.now(timezone.utc).isoformat(),
             }
-            self.recorder = Recorder(self.record_path, self.columns, meta,
+            self.recorder = Recorder(self.record_path, self.columns, meta, dtypes=column_dtypes(self.spec),
                                      flush_interval_s=self.scenario.recording.flush_interval_s,
                                      block_when_full=self.lockstep)
         if self.start_servers and self.start_processes:
             from adapters.process import start_servers
 
             log = str(Path(self.record_path) / "_modbus_requests.jsonl") if self.record else None
-            self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log)
+            shared = str(Path(self.record_path) / "dual_writable.txt") if self.record else None
+            self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log,
+                                            shared_list=shared)
         for server in self._children:
             self.children.add(f"{server.kind} server", server.process, self.scenario.loop.require_servers)
         if self.recorder is not None:

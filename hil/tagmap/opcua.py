@@ -29,7 +29,7 @@
     operator = "pbkdf2-sha256$200000$...$..."
 
     [[opcua.nodes]]                 # optional per-signal overrides
-    signal = "glucose"              # browse name and node id are always the signal name
+    signal = "glucose"              # browse name and node id follow from the signal name
     display_name = "Glucose"        # what browsers show (default: the signal name)
     data_type = "Float"             # Double (default) Float Boolean SByte Byte Int16 UInt16 Int32 ...
     eu_range = [0.0, 100.0]         # within the spec's physical bounds (default: those bounds)
@@ -41,10 +41,16 @@
 Default address space (adapters/opcua.py): every plant output is a read-only sensor node
 `Objects/<scenario>/Sensors/<signal>`, every input whose driver is "plc" a writable actuator
 node `.../Actuators/<signal>`, and every input's applied value a read-only node
-`.../Applied/<signal>`. One name per signal: the browse name of a signal's node is the
-signal name (in the scenario's namespace) and its string NodeId is
-"<scenario>.<Folder>.<signal>", so `Objects/<scenario>/Sensors/dissolved_oxygen` is a
-valid browse path; only the DisplayName may differ (`display_name`).
+`.../Applied/<signal>`. One name per signal:
+- the string NodeId is "<scenario>.<Kind>.<signal>" (Kind: Sensors, Actuators, Applied) in the
+  scenario's namespace, whatever the folder layout: moving a signal into an
+  [[opcua.folders]] folder (or renaming the folder) does not change its node id;
+- the browse name is the signal name with every character that the text form of a
+  RelativePath reserves (OPC UA Part 4 A.2: `/ . < > : # ! &`) replaced by `_`
+  (`bus_1.vm` -> `bus_1_vm`), so a browse path is typed without escapes
+  (`Objects/grid118/Sensors/bus_vm/bus_1_vm`); two signals that would share a browse name
+  in one folder are a configuration error. Folder browse names follow the same rule;
+- the DisplayName is the signal name as it is (`display_name` overrides it).
 
 Data types: each node's `data_type` is what it serves and declares; writes of any numeric
 variant type convert as commercial servers do (adapters/opcua_types.py): exactly, or within
@@ -183,7 +189,7 @@ class OpcuaNode(StrictModel):
     """Overrides for one signal's node."""
 
     signal: str
-    browse_name: str | None = Field(default=None, description="always the signal name; use display_name")
+    browse_name: str | None = Field(default=None, description="always derived from the signal name; use display_name")
     display_name: str | None = Field(default=None, description="DisplayName (default: the signal name)")
     data_type: DataType = "Double"
     writable: bool | None = Field(default=None, description="actuators: default true; sensors: false")
@@ -340,7 +346,9 @@ class NodeInfo:
 
     kind: "sensor" (index into outputs), "actuator" or "applied" (index into inputs).
     eu_low, eu_high: EURange and the accepted write range. unit_id: -1 if unmapped.
-    browse_name is always the signal name; display_name may differ.
+    browse_name is derived from the signal name (browse_name_of); display_name may differ.
+    folder: the browse name of its [[opcua.folders]] folder ("" for none); node_id_path does
+    not depend on it.
     """
 
     signal: str
@@ -361,9 +369,36 @@ class NodeInfo:
 
     @property
     def path(self) -> str:
-        """Node id path below the scenario: `Sensors.glucose`, `Sensors.node.temp.node_3.temp`."""
-        base = {"sensor": "Sensors", "actuator": "Actuators", "applied": "Applied"}[self.kind]
-        return f"{base}.{self.folder}.{self.signal}" if self.folder else f"{base}.{self.signal}"
+        """Node id path below the scenario, independent of folders: `Sensors.glucose`, `Sensors.node_3.temp`."""
+        return f"{KIND_FOLDERS[self.kind]}.{self.signal}"
+
+    @property
+    def browse_path(self) -> str:
+        """Browse path below Objects/<scenario>: `Sensors/glucose`, `Sensors/node_temp/node_3_temp`."""
+        base = KIND_FOLDERS[self.kind]
+        return f"{base}/{self.folder}/{self.browse_name}" if self.folder else f"{base}/{self.browse_name}"
+
+
+KIND_FOLDERS = {"sensor": "Sensors", "actuator": "Actuators", "applied": "Applied"}
+# Characters with a meaning in the text form of a RelativePath (OPC UA Part 4, A.2): escaped with
+# '&' there; kept out of browse names so that paths are typed as they read.
+RELATIVE_PATH_RESERVED = "/.<>:#!&"
+_RESERVED = re.compile("[" + re.escape(RELATIVE_PATH_RESERVED) + "]")
+
+
+def browse_name_of(name: str) -> str:
+    """The browse name of a signal or folder name: reserved RelativePath characters -> '_'."""
+    return _RESERVED.sub("_", name)
+
+
+def folder_node_path(kind: str, folder: str) -> str:
+    """Node id path of an [[opcua.folders]] folder: `Sensors/bus_vm` ('/' is in no signal name)."""
+    return f"{KIND_FOLDERS[kind]}/{folder}"
+
+
+def node_id_string(scenario_name: str, info: "NodeInfo") -> str:
+    """The string identifier of a signal's NodeId (namespace: OpcuaSection.namespace(scenario))."""
+    return f"{scenario_name}.{info.path}"
 
 
 def _driver(scenario, name: str) -> str:
@@ -389,7 +424,7 @@ def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: flo
         signal=q.name,
         kind=kind,
         index=index,
-        browse_name=q.name,
+        browse_name=browse_name_of(q.name),
         display_name=(o.display_name if o is not None and o.display_name else q.name),
         data_type=o.data_type if o is not None and "data_type" in o.model_fields_set else data_type,
         writable=writable,
@@ -405,7 +440,7 @@ def _make(q, kind: str, index: int, o: OpcuaNode | None, writable: bool, lo: flo
 
 
 def _in_folder(f) -> tuple[str, str]:
-    return ("", "Double") if f is None else (f.name or f.group, f.data_type)
+    return ("", "Double") if f is None else (browse_name_of(f.name or f.group), f.data_type)
 
 
 def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None = None) -> tuple[NodeInfo, ...]:
@@ -431,9 +466,9 @@ def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None =
             continue
         overrides[o.signal] = (i, o)
         if o.browse_name is not None and o.browse_name != o.signal:
-            own.append((f"{path}.browse_name", f"the browse name is the signal name {o.signal!r} (one name in "
-                        f"browse path and node id); for a different label use display_name = "
-                        f"{o.browse_name!r}"))
+            own.append((f"{path}.browse_name", f"the browse name is derived from the signal name {o.signal!r} "
+                        f"({browse_name_of(o.signal)!r}: one name in browse path and node id); for a different "
+                        f"label use display_name = {o.browse_name!r}"))
         is_sensor = o.signal in outputs
         q = spec.quantity("outputs" if is_sensor else "inputs", o.signal)
         if is_sensor and o.writable:
@@ -479,6 +514,14 @@ def resolve_nodes(section: OpcuaSection, spec, scenario, problems: list | None =
         if f is not None and not f.enabled:
             continue
         nodes.append(_make(q, "applied", idx, None, False, q.low, q.high, *_in_folder(f)))
+    seen: dict[tuple[str, str, str], str] = {}
+    for n in nodes:
+        key = (n.kind, n.folder, n.browse_name)
+        if key in seen:
+            own.append(("opcua", f"signals {seen[key]!r} and {n.signal!r} would share the browse name "
+                        f"{n.browse_name!r} in {n.browse_path.rpartition('/')[0]} (reserved characters "
+                        f"{RELATIVE_PATH_RESERVED} become '_'): rename one, or serve one in a folder"))
+        seen.setdefault(key, n.signal)
     if problems is not None:
         problems.extend(own)
     elif own:

@@ -45,6 +45,18 @@ class LineFlowLimits:
     fails closed; `fill` raises ValueError on non-finite input too (the wrapper then holds the
     applied set-points). `lodf()` gives the current LODF (n_branch x n_branch) for N-1 checks.
 
+    N-1 rows (option `contingencies`, a list of 1-based branch rows; `n1_margin`, default 1.0):
+    for each listed branch k and each other line l, the flow after k opens, from LODF of the
+    observed topology, kept under l's rating as the base rows keep the flow under `margin`:
+
+        f_l|k' = f_l + LODF[l, k] f_k + sum_g (PTDF[l, bus_g] + LODF[l, k] PTDF[k, bus_g]) (a_g - u_g)
+        -P_n1,l <= f_l|k' <= P_n1,l,    P_n1,l = |f_l| + (n1_margin - loading_l) * rating_l * v_l
+
+    (the same first-order conversion of loading headroom into MW as the base rows). Rows
+    `line_<l>.n1_<k>.fwd` / `.rev` after the base rows, 2 x lines per contingency; zero when k
+    is open, when its outage would island the network (no finite LODF: `hil grid n1` confirms
+    those with AC), for l = k, and where no move inside the box could overload l after k opens.
+
     Called as `limits(y, u)` it returns (W, b, names) of the non-zero rows over ALL the
     plant's inputs (built with action_names=None: every input is an action): for analysis.
     """
@@ -55,9 +67,9 @@ class LineFlowLimits:
         self.spec, L = spec, k.lay
         self.lay = L
         options = dict(options or {})
-        extra = sorted(set(options) - {"margin"})
+        extra = sorted(set(options) - {"margin", "contingencies", "n1_margin"})
         if extra:
-            raise ValueError(f"{extra[0]}: not an option of line_rating (options: margin)")
+            raise ValueError(f"{extra[0]}: not an option of line_rating (options: margin, contingencies, n1_margin)")
         default = float(model.options.get("limit_margin", 0.95)) if model.options else 0.95
         try:
             self.margin = float(options.get("margin", default))
@@ -88,8 +100,18 @@ class LineFlowLimits:
         self._topo = None
         self._H = None
         self.line_names = [n.split(".")[0] for n in spec.names("outputs")[L["y.pf"]]]
-        self.m = 2 * len(self.line_names)
+        nl = len(self.line_names)
+        self.contingencies = _contingencies(options.get("contingencies", []), nl)
+        try:
+            self.n1_margin = float(options.get("n1_margin", 1.0))
+        except (TypeError, ValueError):
+            raise ValueError(f"n1_margin: {options['n1_margin']!r} is not a number") from None
+        if not (math.isfinite(self.n1_margin) and 0.0 < self.n1_margin <= 2.0):
+            raise ValueError(f"n1_margin: {self.n1_margin} is not a fraction of the rating in (0, 2]")
+        self.m = 2 * nl * (1 + len(self.contingencies))
         self.row_names = [f"{ln}.{s}" for ln in self.line_names for s in ("fwd", "rev")]
+        self.row_names += [f"{ln}.n1_{k + 1}.{s}" for k in self.contingencies for ln in self.line_names
+                           for s in ("fwd", "rev")]
         idx = np.arange(spec.n_outputs)
         self.reads = np.concatenate([idx[L[key]] for key in ("y.pf", "y.loading", "y.vm", "y.closed", "y.gen_on")])
 
@@ -134,6 +156,26 @@ class LineFlowLimits:
         W[2 * rows[:, None] + 1, self.cols[None, :]] = -Ga[rows]
         b[2 * rows] = pmax[rows] - base[rows]
         b[2 * rows + 1] = pmax[rows] + base[rows]
+        if not self.contingencies:
+            return
+        _, lodf, islanding = self.grid.sensitivities()
+        nl = len(self.line_names)
+        p_n1 = np.abs(f) + (self.n1_margin - y[L["y.loading"]] / 100.0) * self.rating * v
+        for j, k in enumerate(self.contingencies):
+            if closed[k] == 0 or islanding[k]:
+                continue
+            fk = f + lodf[:, k] * f[k]                              # post-outage flows, MW
+            Gk = Ga + lodf[:, k][:, None] * Ga[k][None, :]          # their sensitivities, MW per MW
+            base_k = fk - Gk @ u[L["u.p_set"]][self.gen_act]
+            reach_k = np.abs(fk) + np.abs(Gk) @ self.span_act
+            ok = (closed == 1) & (reach_k > p_n1) & (np.abs(Gk).sum(axis=1) > 1e-9)
+            ok[k] = False
+            rk = np.flatnonzero(ok)
+            r0 = 2 * nl * (1 + j)
+            W[r0 + 2 * rk[:, None], self.cols[None, :]] = Gk[rk]
+            W[r0 + 2 * rk[:, None] + 1, self.cols[None, :]] = -Gk[rk]
+            b[r0 + 2 * rk] = p_n1[rk] - base_k[rk]
+            b[r0 + 2 * rk + 1] = p_n1[rk] + base_k[rk]
 
     def __call__(self, y: np.ndarray, u: np.ndarray):
         """(W, b, names) of the non-zero rows, W over this object's actions (all inputs by default)."""
@@ -142,6 +184,20 @@ class LineFlowLimits:
         self.fill(y, u, W, b)
         keep = np.abs(W).sum(axis=1) > 0.0
         return W[keep], b[keep], [n for n, k in zip(self.row_names, keep) if k]
+
+
+def _contingencies(value, n_line: int) -> list[int]:
+    """0-based branch rows from the option `contingencies` (1-based rows, each once)."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"contingencies: {value!r} is not a list of 1-based branch rows")
+    out: list[int] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= n_line:
+            raise ValueError(f"contingencies: {v!r} is not a branch row in 1..{n_line}")
+        if v - 1 in out:
+            raise ValueError(f"contingencies: branch {v} is listed twice")
+        out.append(v - 1)
+    return out
 
 
 SAFETY_LIMITS = {"line_rating": lambda model, actions, options: LineFlowLimits(model, actions, options)}

@@ -18,7 +18,10 @@ line gets `max(rating_margin * |S| of the base-case flow, rating_floor_mva)`.
 Signals (element ids are the case's: bus numbers, 1-based generator and branch rows):
 - inputs: `gen.p_set` (MW), `gen.v_set` (pu), `gen.on` (1 in service, 0 trips the unit),
   `load.scale` (x nominal load), `load.shed` (fraction shed, 0..1), `line.open_cmd` and
-  `line.close_cmd` (0/1 levels: open wins; a close waits for the line's cooldown after a trip),
+  `line.close_cmd` (a latched breaker: a command acts in every step it is 1, and clearing it
+  leaves the breaker where it is, so a pulse of one step opens or closes; open wins while both
+  are set, so a held open is a lock-out; a close waits for the line's cooldown after a
+  protection trip, so a held close recloses after every trip),
   `trafo.tap` (off-nominal ratio of the branches the case gives a ratio != 1).
 - outputs: `bus.vm` (pu), `bus.va` (deg), `bus.frequency` (Hz, 0 when dead), `bus.island`
   (root bus index, -1 dead), `gen.p_mw`, `gen.q_mvar`, `gen.on`, `line.p_mw`/`line.q_mvar`
@@ -426,9 +429,10 @@ def build(options: dict) -> PlantModel:
     arr("inputs", "u.shed", "load.shed", "load", bus_ids, "shed", unit="1", nominal=0.0, low=0.0, high=1.0,
         description="fraction of the bus load shed")
     arr("inputs", "u.open", "line.open_cmd", "line", line_ids, "open_cmd", unit="1", nominal=0.0, low=0.0, high=1.0,
-        description="breaker open command (level; open wins)")
+        description="breaker open command: opens while 1 (a pulse is enough; clearing it does not close)")
     arr("inputs", "u.close", "line.close_cmd", "line", line_ids, "close_cmd", unit="1", nominal=0.0, low=0.0,
-        high=1.0, description="breaker close command (level; waits for the cooldown)")
+        high=1.0, description="breaker close command: closes while 1 once the cooldown is over (clearing it does not "
+        "open)")
     if trafo_rows.size:
         t_lo, t_hi = _ratio_bounds(case.tap[trafo_rows])
         arr("inputs", "u.tap", "trafo.tap", "trafo", [int(r) + 1 for r in trafo_rows], "tap", unit="1",

@@ -65,15 +65,27 @@ def test_an_opcua_folder_holds_the_groups_variables_with_spec_units(tmp_path):
                          '[[opcua.nodes]]\nsignal = "node_7.temp"\ndisplay_name = "T7"\n')
     nodes = resolve_nodes(sc.opcua, sc.plant.load().spec, sc)
     temps = [n for n in nodes if n.kind == "sensor" and n.folder]
-    assert [n.path for n in temps] == [f"Sensors.Temperatures.node_{i}.temp" for i in (3, 7, 12, 20)]
+    # node ids do not depend on the folder; browse paths need no escapes (no '.' in a browse name)
+    assert [n.path for n in temps] == [f"Sensors.node_{i}.temp" for i in (3, 7, 12, 20)]
+    assert [n.browse_path for n in temps] == [f"Sensors/Temperatures/node_{i}_temp" for i in (3, 7, 12, 20)]
     assert {(n.unit, n.eu_low, n.eu_high, n.data_type) for n in temps} == {("K", 200.0, 1000.0, "Double")}
-    assert temps[1].display_name == "T7"
+    assert temps[1].display_name == "T7" and temps[0].display_name == "node_3.temp"
     acts = [n for n in nodes if n.kind == "actuator"]
-    assert [(n.path, n.data_type) for n in acts if n.folder] == [
-        (f"Actuators.heater.duty.heater_{i}.duty", "Float") for i in (7, 12, 20)]
+    assert [(n.path, n.browse_path, n.data_type) for n in acts if n.folder] == [
+        (f"Actuators.heater_{i}.duty", f"Actuators/heater_duty/heater_{i}_duty", "Float") for i in (7, 12, 20)]
     applied = [n.path for n in nodes if n.kind == "applied" and n.folder]
-    assert applied == [f"Applied.heater.duty.heater_{i}.duty" for i in (3, 7, 12, 20)]
+    assert applied == [f"Applied.heater_{i}.duty" for i in (3, 7, 12, 20)]
     assert [n.path for n in nodes if n.kind == "sensor" and not n.folder][:1] == ["Sensors.node_3.power"]
+    # the same scenario without folders: every node keeps its node id
+    flat = resolve_nodes(_load(tmp_path, '\n[opcua]\n').opcua, sc.plant.load().spec, sc)
+    assert {(n.kind, n.path) for n in flat} == {(n.kind, n.path) for n in nodes}
+    assert all(not set(n.browse_name) & set("/.<>:#!&") for n in flat)
+
+
+def test_browse_names_replace_the_relative_path_reserved_characters():
+    from hil.tagmap.opcua import browse_name_of
+
+    assert browse_name_of("bus_1.vm") == "bus_1_vm" and browse_name_of("a/b<c>:d#e!f&g") == "a_b_c__d_e_f_g"
 
 
 def test_opcua_folder_problems_name_the_entry(tmp_path):

@@ -100,8 +100,8 @@ def test_overrides_apply():
         ([{"signal": "odd", "data_type": "Int16"}], "opcua.nodes[0].data_type", "Int16 cannot hold"),
         ([{"signal": "level"}, {"signal": "level"}], "opcua.nodes[1].signal", "already has an entry"),
         ([{"signal": "level", "browse_name": "LT-101"}], "opcua.nodes[0].browse_name",
-         "the browse name is the signal name 'level' (one name in browse path and node id); for a "
-         "different label use display_name = 'LT-101'"),
+         "the browse name is derived from the signal name 'level' ('level': one name in browse path and "
+         "node id); for a different label use display_name = 'LT-101'"),
     ],
 )
 def test_invalid_nodes_name_their_key_path(nodes, path, reason):

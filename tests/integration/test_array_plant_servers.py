@@ -96,19 +96,19 @@ async def _wait_steps(port: int, n: int, timeout_s: float = 60.0) -> int:
 async def _opcua(port: int) -> dict:
     async with Client(f"opc.tcp://127.0.0.1:{port}/hil") as c:
         idx = await c.get_namespace_index("urn:hil:heaters")
-        folder = await c.nodes.objects.get_child([f"{idx}:heaters", f"{idx}:Sensors", f"{idx}:node.temp"])
+        folder = await c.nodes.objects.get_child([f"{idx}:heaters", f"{idx}:Sensors", f"{idx}:node_temp"])
         children = await folder.get_children()
         names = [(await n.read_browse_name()).Name for n in children]
-        node = c.get_node(ua.NodeId("heaters.Sensors.node.temp.node_12.temp", idx))
+        node = c.get_node(ua.NodeId("heaters.Sensors.node_12.temp", idx))
         eu = await (await node.get_child("0:EURange")).read_value()
         unit = await (await node.get_child("0:EngineeringUnits")).read_value()
         values = [await n.read_value() for n in children]
-        act = await c.nodes.objects.get_child([f"{idx}:heaters", f"{idx}:Actuators", f"{idx}:heater.duty",
-                                               f"{idx}:heater_20.duty"])
+        act = await c.nodes.objects.get_child([f"{idx}:heaters", f"{idx}:Actuators", f"{idx}:heater_duty",
+                                               f"{idx}:heater_20_duty"])
         assert (await act.read_data_type_as_variant_type()) == ua.VariantType.Float
         await act.write_value(ua.DataValue(ua.Variant(0.4, ua.VariantType.Float)))
         actuators = await (await c.nodes.objects.get_child([f"{idx}:heaters", f"{idx}:Actuators",
-                                                             f"{idx}:heater.duty"])).get_children()
+                                                             f"{idx}:heater_duty"])).get_children()
         act_names = [(await n.read_browse_name()).Name for n in actuators]
         return {"names": names, "eu": (eu.Low, eu.High), "unit": unit.DisplayName.Text, "values": values,
                 "actuators": act_names}
@@ -146,12 +146,13 @@ def test_modbus_block_and_opcua_folder_over_real_sockets(tmp_path):
     assert (df["app.heater_7.duty"] == 0.25).any() and df["app.heater_7.duty"].iloc[-1] == 0.25
     assert df["app.heater_20.duty"].iloc[-1] == pytest.approx(0.4, abs=1e-7)  # Float: 0.4 as float32
     assert (df["app.heater_3.duty"] == 1.0).all()
-    # OPC UA folder: one variable per element, browse name = element name, unit and range from the spec
-    assert seen["names"] == [f"node_{i}.temp" for i in IDS]
+    # OPC UA folder: one variable per element, browse name = element name ('.' -> '_'), unit and range
+    # from the spec
+    assert seen["names"] == [f"node_{i}_temp" for i in IDS]
     assert seen["eu"] == (200.0, 1000.0) and seen["unit"] == "K"
     for i, value in zip(IDS, seen["values"]):
         meas = df[f"meas.node_{i}.temp"]
         assert meas.min() - 1e-9 <= value <= meas.max() + 1e-9
-    assert seen["actuators"] == [f"heater_{i}.duty" for i in IDS if i != 3]  # heater_3 is driven "fixed"
+    assert seen["actuators"] == [f"heater_{i}_duty" for i in IDS if i != 3]  # heater_3 is driven "fixed"
     assert summary["modbus"]["exceptions"] == {"0x02": 1}
     assert np.isfinite(df["z.supply.voltage"]).all()

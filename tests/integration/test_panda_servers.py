@@ -49,11 +49,11 @@ async def _opcua(port: int) -> dict:
         while await step.read_value() < 50:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
-        folder = await c.nodes.objects.get_child([f"{idx}:panda", f"{idx}:Sensors", f"{idx}:joint.q"])
+        folder = await c.nodes.objects.get_child([f"{idx}:panda", f"{idx}:Sensors", f"{idx}:joint_q"])
         children = await folder.get_children()
         names = [(await n.read_browse_name()).Name for n in children]
         unit = await (await children[3].get_child("0:EngineeringUnits")).read_value()
-        act = c.get_node(ua.NodeId("panda.Actuators.joint.q_target.joint_4.q_target", idx))
+        act = c.get_node(ua.NodeId("panda.Actuators.joint_4.q_target", idx))
         await act.write_value(ua.DataValue(ua.Variant(-2.0, ua.VariantType.Double)))
         return {"names": names, "unit": unit.DisplayName.Text, "values": [await n.read_value() for n in children]}
 
@@ -79,7 +79,7 @@ def test_panda_joint_groups_over_modbus_and_opcua(tmp_path):
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
     df = read_recording(summary["record_path"])
-    assert seen["names"] == [f"joint_{k}.q" for k in range(1, 8)] and seen["unit"] == "rad"
+    assert seen["names"] == [f"joint_{k}_q" for k in range(1, 8)] and seen["unit"] == "rad"
     for k in range(7):  # served values are measured ones (float32 on Modbus)
         meas = df[f"meas.joint_{k + 1}.q"]
         assert meas.min() - 1e-6 <= q_wire[k] <= meas.max() + 1e-6, (k, q_wire[k])

@@ -112,3 +112,56 @@ def test_a_plant_without_the_family_or_bad_options_is_refused(grid):
         plant_limit_family(model, "line_rating", ACTIONS, {"horizon_s": 1.0}, "safety.projection.plant[0]")
     with pytest.raises(ValueError, match=r"plant\[0\]\.options\.actions: none of gen\.p_set"):
         plant_limit_family(model, "line_rating", ["load.scale"], {}, "safety.projection.plant[0]")
+
+
+def test_n1_rows_tighten_the_transfer_for_a_listed_contingency(grid):
+    """`contingencies = [30]`: after branch 30 opens, line 54 would carry more of the transfer, so
+    the projection stops it earlier than the base rows do, on an N-1 row, and every row holds."""
+    model, y, u = grid
+    base, _ = _projector(model).project(np.array([320.0, 292.0]), None, -1.0, y, u)
+    pr = _projector(model, {"contingencies": [30]})
+    out, clips = pr.project(np.array([320.0, 292.0]), None, -1.0, y, u)
+    assert out[0] < base[0] - 1.0
+    assert any("line_54.n1_30.fwd" in c.reason for c in clips), clips
+    W, b = _rows(pr, y, u)
+    assert (W @ out <= b + 1e-6).all()
+    _, fam, _ = pr.families[0]
+    assert fam.m == 4 * 186 and fam.row_names[2 * 186 + 2 * 53] == "line_54.n1_30.fwd"
+
+
+def test_n1_row_sensitivities_are_the_ptdf_of_the_post_outage_topology(grid):
+    """Independent check of PTDF + LODF x PTDF[k]: the PTDF computed afresh on the network with
+    branch k open (same slack), at every line that has a row; 1e-9 MW per MW (round-off)."""
+    from plants.grid.line_limits import LineFlowLimits
+    from plants.grid.sensitivity import ptdf
+
+    model, y, u = grid
+    fam = LineFlowLimits(model, None, {"contingencies": [30, 37], "n1_margin": 0.01})   # every reachable row
+    W = np.zeros((fam.m, len(fam.action_names)))
+    b = np.zeros(fam.m)
+    fam.fill(y, u, W, b)
+    grid_model = fam.grid
+    nl = grid_model.case.n_branch
+    slack = grid_model._slack_of_root[grid_model.state["island"]]
+    for j, k in enumerate((29, 36)):
+        br = grid_model.state["br_status"].copy()
+        br[k] = 0
+        post = ptdf(grid_model.case, br, slack)
+        expected = post[:, fam.gen_bus[fam.gen_act]]
+        block = W[2 * nl * (1 + j):2 * nl * (2 + j):2][:, fam.cols]       # the .fwd rows
+        has = np.abs(block).sum(axis=1) > 0
+        assert has.sum() > 100 and not has[k]
+        assert np.abs(block[has] - expected[has]).max() < 1e-9
+
+
+@pytest.mark.parametrize("options, reason", [
+    ({"contingencies": [0]}, "contingencies: 0 is not a branch row in 1..186"),
+    ({"contingencies": [5, 5]}, "contingencies: branch 5 is listed twice"),
+    ({"contingencies": 5}, "contingencies: 5 is not a list"),
+    ({"n1_margin": 3.0}, "n1_margin: 3.0 is not a fraction"),
+])
+def test_n1_options_are_checked(grid, options, reason):
+    from plants.grid.line_limits import LineFlowLimits
+
+    with pytest.raises(ValueError, match=reason.replace("(", r"\(").replace(".", r"\.")):
+        LineFlowLimits(grid[0], None, options)
