@@ -13,14 +13,17 @@ function li(list, text, cls) { const e = document.createElement("li"); e.textCon
 
 // ---- panels ----
 function linesPanel(p, box) {
+  // one y scale per unit (at most two axes: left and right); setpoints and limits on their signal's scale
+  const units = [...new Set(p.series.map((s) => s.unit))], unitOf = (n) => (p.series.find((s) => s.name === n) || p.series[0]).unit;
   const series = [{}], fixed = [];
-  p.series.forEach((s, i) => series.push({ label: `${s.name} (${s.unit})`, stroke: COLORS[i % COLORS.length], width: 1.5 }));
-  p.setpoints.forEach((s) => { series.push({ label: `setpoint ${s.name} ${s.value}`, stroke: "#444", dash: [6, 4] }); fixed.push(s.value); });
+  p.series.forEach((s, i) => series.push({ label: `${s.name} (${s.unit})`, stroke: COLORS[i % COLORS.length], width: 1.5, scale: s.unit }));
+  p.setpoints.forEach((s) => { series.push({ label: `setpoint ${s.name} ${s.value}`, stroke: "#444", dash: [6, 4], scale: unitOf(s.name) }); fixed.push(s.value); });
   const lims = p.band ? p.band.map((v, i) => ({ value: v, label: i ? "band high" : "band low" })) : p.limits;
-  lims.forEach((l) => { series.push({ label: l.label, stroke: "#c33", dash: [2, 3] }); fixed.push(l.value); });
+  lims.forEach((l) => { series.push({ label: l.label, stroke: "#c33", dash: [2, 3], scale: p.series[0].unit }); fixed.push(l.value); });
+  const scales = { x: { time: false } }; units.forEach((u) => { scales[u] = { auto: true }; });
+  const axes = [{ label: "simulated s" }].concat(units.slice(0, 2).map((u, i) => ({ scale: u, label: u, side: i ? 1 : 3, grid: { show: i === 0 } })));
   const data = series.map(() => []);
-  const plot = new uPlot({ width: 600, height: 220, series, scales: { x: { time: false } },
-    axes: [{ label: "simulated s" }, {}], legend: { live: false } }, data, box);
+  const plot = new uPlot({ width: 600, height: 220, series, scales, axes, legend: { live: false } }, data, box);
   return { p, plot, data, fixed, update(f) {
     data[0].push(f.t_s);
     p.series.forEach((s, i) => data[i + 1].push(f[s.source][s.index]));
