@@ -75,6 +75,8 @@ def attach_run(entry: dict, chosen: list[str] | tuple = ()):
              "record_path": entry.get("record_path"), "has_safety": bool(entry.get("safety_status")),
              "names": {"y": list(spec.names("outputs")), "u": list(spec.names("inputs"))},
              "units": {"y": [q.unit for q in spec.outputs], "u": [q.unit for q in spec.inputs]},
+             "groups": {src: {g.name: [g.start, g.size] for g in spec.groups if g.kind == kind}
+                        for src, kind in (("y", "outputs"), ("u", "inputs"))},
              "panels": panels}
     return Sampler(entry), hello
 

@@ -3,7 +3,7 @@
 "use strict";
 const KEEP = 600;            // points kept per time series (60 s at 10 Hz)
 const HEAT_ROWS = 120;       // rows kept in a heat map
-const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
+const COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f"];  // red is for limits
 const $ = (id) => document.getElementById(id);
 let hello = null, csrf = null, frames = 0;
 const panels = [];
@@ -21,7 +21,8 @@ function linesPanel(p, box) {
   const lims = p.band ? p.band.map((v, i) => ({ value: v, label: i ? "band high" : "band low" })) : p.limits;
   lims.forEach((l) => { series.push({ label: l.label, stroke: "#c33", dash: [2, 3], scale: p.series[0].unit }); fixed.push(l.value); });
   const scales = { x: { time: false } }; units.forEach((u) => { scales[u] = { auto: true }; });
-  const axes = [{ label: "simulated s" }].concat(units.slice(0, 2).map((u, i) => ({ scale: u, label: u, side: i ? 1 : 3, grid: { show: i === 0 } })));
+  const axes = [{ label: "simulated s" }].concat(units.slice(0, 2).map((u, i) => ({ scale: u, label: u, side: i ? 1 : 3, grid: { show: i === 0 }, size: 60,
+    values: (_u, vals) => vals.map((v) => +v.toPrecision(3)) })));
   const data = series.map(() => []);
   const plot = new uPlot({ width: 600, height: 220, series, scales, axes, legend: { live: false } }, data, box);
   return { p, plot, data, fixed, update(f) {
@@ -79,12 +80,13 @@ function addPanel(p) {
   panels.push(p.kind === "heatmap" ? heatPanel(p, box) : p.kind === "bars" ? barsPanel(p, box) : linesPanel(p, box));
 }
 
-function resolve(name) {  // a chosen signal: an output/input name, or a group prefix (bus.vm -> bus_1.vm ...)
-  const out = [];
-  for (const src of ["y", "u"]) hello.names[src].forEach((n, i) => {
-    const [grp, field] = name.split(".");
-    if (n === name || (field && n.replace(/_\d+\./, ".") === `${grp}.${field}`)) out.push({ name: n, source: src, index: i, unit: hello.units[src][i], low: null, high: null });
-  });
+function resolve(name) {  // a chosen signal: an output/input name, or an array group (bus.vm -> every bus's vm)
+  const out = [], add = (src, i) => out.push({ name: hello.names[src][i], source: src, index: i, unit: hello.units[src][i], low: null, high: null });
+  for (const src of ["y", "u"]) {
+    const g = hello.groups[src][name];
+    if (g) for (let i = g[0]; i < g[0] + g[1]; i++) add(src, i);
+    else hello.names[src].forEach((n, i) => { if (n === name) add(src, i); });
+  }
   return out;
 }
 
@@ -138,7 +140,7 @@ async function action(op) {
   const r = await fetch("/api/action", { method: "POST", headers: { "Content-Type": "application/json", "X-HIL-CSRF": csrf || "" }, body: JSON.stringify(body) });
   const j = await r.json();
   if (r.status === 401) { loggedIn(false); csrf = null; }
-  const what = j.mode ? `mode ${j.mode}` : j.version !== undefined ? `policy ${j.version}` : j.acknowledged !== undefined ? `${j.acknowledged} alarm(s) acknowledged` : "";
+  const what = j.changed === false ? `(unchanged: mode ${j.mode}; a demotion never raises the mode)` : j.mode ? `mode ${j.mode}` : j.version !== undefined ? `policy ${j.version}` : j.acknowledged !== undefined ? `${j.acknowledged} alarm(s) acknowledged` : "";
   msg(j.ok ? `${op}: done ${what}` : `${op} refused: ${j.error || (j.gate ? j.gate.reasons.join("; ") : "")}`, j.ok);
 }
 
