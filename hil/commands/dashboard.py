@@ -40,8 +40,8 @@ def _find(target: str, pid: int | None):
 def command(target, listen, password_file, signals, rate_hz, wait_s, pid, allow_remote) -> None:
     """Serve live plots, lateness, alarms, safety mode and decisions of a running run.
 
-    TARGET is the scenario file of the run (found as `hil safety status` finds it) or the
-    run's recording directory. Read-only unless an operator password is given; then
+    TARGET is the scenario file of the run (found as `hil safety status` finds it), the
+    run's recording directory, or the output directory of `hil campaign run` (its progress). Read-only unless an operator password is given; then
     promote, demote, rollback and acknowledge go to the safety process, signed.
     """
     from hil.dashboard.auth import read_password
@@ -50,8 +50,13 @@ def command(target, listen, password_file, signals, rate_hz, wait_s, pid, allow_
     from hil.errors import ConfigError
 
     try:
-        finder, what = _find(target, pid)
         password = read_password(password_file)
+        from hil.dashboard.campaign import is_campaign_dir
+
+        if os.path.isdir(target) and is_campaign_dir(target):
+            serve(None, listen=listen, rate_hz=rate_hz, allow_remote=allow_remote, campaign_dir=target)
+            return
+        finder, what = _find(target, pid)
         deadline = time.monotonic() + max(0.0, wait_s)
         entry = finder()
         while entry is None and time.monotonic() < deadline:

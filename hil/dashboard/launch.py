@@ -1,6 +1,6 @@
 """The dashboard as a process beside a run (`hil run --dashboard`, `hil demo`).
 
-Started from the runtime's `on_started` callback: after the run is announced
+Started niced (NICE) from the runtime's `on_started` callback: after the run is announced
 (hil/live_runs.py) and before the loop raises its priority, so it never inherits SCHED_FIFO;
 it attaches to exactly that loop (by pid). Its output goes to stderr (the run's stdout may
 end in a JSON summary). Stopped with SIGTERM when the run ends (SIGKILL after a bound).
@@ -8,12 +8,14 @@ end in a JSON summary). Stopped with SIGTERM when the run ends (SIGKILL after a 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
 from hil.dashboard.serve import bind, parse_listen
 
 STOP_TIMEOUT_S = 5.0
+NICE = 10  # niceness of the dashboard process beside a run
 
 
 def check_listen(listen: str | None, allow_remote: bool = False) -> str:
@@ -27,10 +29,15 @@ def check_listen(listen: str | None, allow_remote: bool = False) -> str:
 
 
 class DashboardProcess:
-    def __init__(self, scenario_path: str, listen: str, password_file: str | None = None,
+    """`hil dashboard TARGET` as a child: TARGET a scenario file (with the loop's pid at start)
+    or a campaign output directory."""
+
+    def __init__(self, target: str, listen: str, password_file: str | None = None,
                  signals=(), allow_remote: bool = False):
-        self.cmd = [sys.executable, "-m", "hil.cli", "dashboard", scenario_path, "--listen", listen,
-                    "--wait", "30"]
+        # niced: a viewer yields the CPU to the run's own processes (servers, SoftPLC, policy)
+        nice = ["nice", "-n", str(NICE)] if shutil.which("nice") else []
+        self.cmd = nice + [sys.executable, "-m", "hil.cli", "dashboard", target, "--listen", listen,
+                           "--wait", "30"]
         if password_file:
             self.cmd += ["--password-file", password_file]
         for s in signals:
@@ -39,9 +46,10 @@ class DashboardProcess:
             self.cmd.append("--allow-remote")
         self.proc: subprocess.Popen | None = None
 
-    def start(self, loop_pid: int) -> None:
-        """Start it (call before the loop raises its priority: Runtime.run's on_started)."""
-        self.proc = subprocess.Popen(self.cmd + ["--pid", str(loop_pid)], stdout=sys.stderr, stdin=subprocess.DEVNULL)
+    def start(self, loop_pid: int | None = None) -> None:
+        """Start it (for a run: before the loop raises its priority, Runtime.run's on_started)."""
+        pid = ["--pid", str(loop_pid)] if loop_pid is not None else []
+        self.proc = subprocess.Popen(self.cmd + pid, stdout=sys.stderr, stdin=subprocess.DEVNULL)
 
     def stop(self) -> int | None:
         """Stop it; its exit code (None if it was never started)."""

@@ -96,8 +96,16 @@ def control_for(entry: dict):
     return control
 
 
-def serve(entry: dict, *, listen: str | None = None, password: str | None = None, chosen=(),
-          rate_hz: float = DEFAULT_RATE_HZ, allow_remote: bool = False, finder=None) -> None:
+def _no_control(msg: dict) -> dict:
+    from hil.safety.control_client import ControlError
+
+    raise ControlError(f"a campaign has no safety process to send {msg['op']} to")
+
+
+def serve(entry: dict | None, *, listen: str | None = None, password: str | None = None, chosen=(),
+          rate_hz: float = DEFAULT_RATE_HZ, allow_remote: bool = False, finder=None,
+          campaign_dir: str | None = None) -> None:
+    """Serve the live run `entry`, or (entry None) the campaign in `campaign_dir`."""
     import asyncio
 
     import uvicorn
@@ -110,11 +118,20 @@ def serve(entry: dict, *, listen: str | None = None, password: str | None = None
     host, port = parse_listen(listen)
     sock = bind(host, port, allow_remote)
     try:
-        hub = Hub(lambda e: attach_run(e, chosen), rate_hz, finder)
-        hub.attach(entry)
-        app = build_app(hub, Auth(password), control_for(entry))
+        if campaign_dir is not None:
+            from hil.dashboard.campaign import attach_campaign
+
+            hub = Hub(lambda _e: attach_campaign(campaign_dir), rate_hz)
+            hub.attach({})
+            password, what = None, f"campaign in {campaign_dir}"  # a campaign has no operator actions
+            control = _no_control
+        else:
+            hub = Hub(lambda e: attach_run(e, chosen), rate_hz, finder)
+            hub.attach(entry)
+            control, what = control_for(entry), f"scenario {entry['scenario']}"
+        app = build_app(hub, Auth(password), control)
         shown = f"[{host}]" if ":" in host else host
-        print(f"dashboard: http://{shown}:{sock.getsockname()[1]}/ (scenario {entry['scenario']}, "
+        print(f"dashboard: http://{shown}:{sock.getsockname()[1]}/ ({what}, "
               f"{'operator login enabled' if password else 'read-only: no password given'})", flush=True)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio"))
         asyncio.run(server.serve(sockets=[sock]))

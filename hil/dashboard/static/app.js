@@ -104,6 +104,7 @@ function histogram(buckets) {
 function cards(f) {
   $("state").textContent = f.loop_state; $("state").className = "pill " + f.loop_state.split(" ")[0];
   $("t_sim").textContent = fmt(f.t_s, 6); $("step").textContent = f.step; $("frames").textContent = ++frames;
+  if (f.campaign) { campaign(f.campaign); return; }
   const st = f.stats || {};
   $("overruns").textContent = fmt(st.overruns); $("late_steps").textContent = fmt(st.late_steps);
   $("p99").textContent = fmt(st.lateness_p99_us); $("wall").textContent = fmt(st.wall_time_s, 4);
@@ -122,6 +123,13 @@ function cards(f) {
   $("sources").textContent = Object.keys(d.sources).length ? "applied actions by source: " + Object.entries(d.sources).map(([k, v]) => `${k} ${v}`).join(", ") : "";
   d.events.slice().reverse().forEach((e) => li(ev, `t=${fmt(e.t_s, 6)} s ${e.event}: ${e.reason}`));
   if (!ev.children.length) li(ev, hello.has_safety ? "no events yet" : "no decision log (no safety process)");
+}
+
+function campaign(c) {  // `hil campaign run`: progress.json (hil/campaign/runner.py Progress)
+  $("camp-bar").max = c.total || 1; $("camp-bar").value = c.done || 0;
+  $("camp-text").textContent = `${c.done ?? 0} / ${c.total ?? "?"} runs: ${c.pass ?? 0} pass, ${c.fail ?? 0} fail; ${fmt(c.elapsed_s, 4)} s elapsed (${c.state ?? "waiting"})`;
+  const ul = $("camp-latest"); ul.replaceChildren();
+  (c.latest || []).forEach((r) => li(ul, `${r.run_id}: ${r.verdict}` + (r.failed && r.failed.length ? ` (${r.failed.join(", ")})` : "") + (r.error ? ` ${r.error}` : ""), r.verdict === "pass" ? "" : "alarm"));
 }
 
 // ---- operator ----
@@ -147,7 +155,8 @@ async function action(op) {
 // ---- start ----
 async function start() {
   hello = await (await fetch("/api/layout")).json();
-  $("scenario").textContent = hello.scenario; $("plant").textContent = `plant ${hello.plant}` + (hello.lockstep ? ", lockstep" : `, period ${fmt(hello.period_s * 1e3)} ms`);
+  $("scenario").textContent = hello.scenario; $("plant").textContent = hello.campaign ? "" : `plant ${hello.plant}` + (hello.lockstep ? ", lockstep" : `, period ${fmt(hello.period_s * 1e3)} ms`);
+  if (hello.campaign) { document.querySelectorAll(".run-only").forEach((e) => { e.hidden = true; }); $("campaign-card").hidden = false; }
   hello.panels.forEach(addPanel);
   if (!hello.auth_enabled) { $("login-form").hidden = true; msg("read-only: the dashboard was started without an operator password", false); }
   $("login-form").addEventListener("submit", login);
