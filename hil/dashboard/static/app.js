@@ -5,13 +5,19 @@ const KEEP = 600;            // points kept per time series (60 s at 10 Hz)
 const HEAT_ROWS = 120;       // rows kept in a heat map
 const COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f"];  // red is for limits
 const $ = (id) => document.getElementById(id);
-let hello = null, csrf = null, frames = 0;
+let hello = null, csrf = null, frames = 0, lastStep = null;  // panels take a point per new loop step only
 const panels = [];
 
 function fmt(v, d = 3) { return v === null || v === undefined ? "-" : (typeof v === "number" ? +v.toPrecision(d) : v); }
 function li(list, text, cls) { const e = document.createElement("li"); e.textContent = text; if (cls) e.className = cls; list.appendChild(e); }
 
 // ---- panels ----
+function padded(_u, min, max) {  // a flat signal (50 Hz held) gets a narrow band around it, not 0..100
+  if (min === null || max === null) return [0, 1];
+  const span = max - min, pad = span > 0 ? span * 0.1 : Math.max(Math.abs(max) * 0.002, 1e-9);
+  return [min - pad, max + pad];
+}
+
 function linesPanel(p, box) {
   // one y scale per unit (at most two axes: left and right); setpoints and limits on their signal's scale
   const units = [...new Set(p.series.map((s) => s.unit))], unitOf = (n) => (p.series.find((s) => s.name === n) || p.series[0]).unit;
@@ -20,7 +26,7 @@ function linesPanel(p, box) {
   p.setpoints.forEach((s) => { series.push({ label: `setpoint ${s.name} ${s.value}`, stroke: "#444", dash: [6, 4], scale: unitOf(s.name) }); fixed.push(s.value); });
   const lims = p.band ? p.band.map((v, i) => ({ value: v, label: i ? "band high" : "band low" })) : p.limits;
   lims.forEach((l) => { series.push({ label: l.label, stroke: "#c33", dash: [2, 3], scale: p.series[0].unit }); fixed.push(l.value); });
-  const scales = { x: { time: false } }; units.forEach((u) => { scales[u] = { auto: true }; });
+  const scales = { x: { time: false } }; units.forEach((u) => { scales[u] = { auto: true, range: padded }; });
   const axes = [{ label: "simulated s" }].concat(units.slice(0, 2).map((u, i) => ({ scale: u, label: u, side: i ? 1 : 3, grid: { show: i === 0 }, size: 60,
     values: (_u, vals) => vals.map((v) => +v.toPrecision(3)) })));
   const data = series.map(() => []);
@@ -168,7 +174,7 @@ async function start() {
   ws.onmessage = (m) => { const f = JSON.parse(m.data);
     if (f.type === "reload") location.reload();
     else if (f.type === "error") $("state").textContent = f.message;
-    else if (f.type === "frame") { cards(f); panels.forEach((p) => p.update(f)); } };
+    else if (f.type === "frame") { cards(f); if (f.step !== lastStep && f.y) { lastStep = f.step; panels.forEach((p) => p.update(f)); } } };
   ws.onclose = () => { $("state").textContent = "disconnected"; $("state").className = "pill failed"; };
 }
 start();
