@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -83,8 +84,10 @@ class Hub:
             await asyncio.sleep(next_t - time.monotonic())
 
 
-def build_app(hub: Hub, auth: Auth, control) -> Starlette:
-    """`control(msg) -> dict`: send one operator request to the run's safety process (blocking)."""
+def build_app(hub: Hub, auth: Auth, control, allowed_hosts: list[str] | None = None) -> Starlette:
+    """`control(msg) -> dict`: send one operator request to the run's safety process (blocking).
+    allowed_hosts: the Host names the page answers to (a DNS-rebinding page of another site
+    cannot reach it under its own name); None: any."""
 
     async def index(_request: Request):
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
@@ -94,6 +97,10 @@ def build_app(hub: Hub, auth: Auth, control) -> Starlette:
                              "logged_in": auth.logged_in(request.cookies.get(COOKIE))})
 
     async def ws_endpoint(ws: WebSocket):
+        origin = ws.headers.get("origin")
+        if origin and urlparse(origin).netloc != ws.headers.get("host"):
+            await ws.close(code=1008)  # another site's page in the operator's browser: no data for it
+            return
         await ws.accept()
         q: asyncio.Queue = asyncio.Queue(maxsize=1)
         hub.clients.add(q)
@@ -166,7 +173,11 @@ def build_app(hub: Hub, auth: Auth, control) -> Starlette:
             if hub.sampler is not None:
                 hub.sampler.close()
 
-    return Starlette(routes=[
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    return Starlette(middleware=middleware, routes=[
         Route("/", index), Route("/api/layout", layout), WebSocketRoute("/ws", ws_endpoint),
         Route("/api/login", login, methods=["POST"]), Route("/api/logout", logout, methods=["POST"]),
         Route("/api/action", action, methods=["POST"]),

@@ -129,7 +129,8 @@ def serve(entry: dict | None, *, listen: str | None = None, password: str | None
             hub = Hub(lambda e: attach_run(e, chosen), rate_hz, finder)
             hub.attach(entry)
             control, what = control_for(entry), f"scenario {entry['scenario']}"
-        app = build_app(hub, Auth(password), control)
+        hosts = None if allow_remote else sorted({host, "127.0.0.1", "localhost", "::1", "[::1]"})
+        app = build_app(hub, Auth(password), control, allowed_hosts=hosts)
         shown = f"[{host}]" if ":" in host else host
         print(f"dashboard: http://{shown}:{sock.getsockname()[1]}/ ({what}, "
               f"{'operator login enabled' if password else 'read-only: no password given'})", flush=True)

@@ -49,6 +49,32 @@ def test_campaign_progress_in_a_browser(tmp_path):
             page.wait_for_function("document.getElementById('camp-text').textContent.includes('(finished)')")
             assert page.eval_on_selector("#camp-bar", "b => [b.value, b.max]") == [3, 5]
             browser.close()
+        _other_sites_get_nothing(port)
     finally:
         dash.terminate()
         dash.wait(30)
+
+
+def _other_sites_get_nothing(port: int) -> None:
+    """A DNS-rebinding name (Host of another site) is refused; a websocket opened by another
+    site's page (its Origin) is closed before any frame; the page's own origin gets frames."""
+    import asyncio
+    import json
+    import urllib.error
+    import urllib.request
+
+    import websockets
+    import websockets.exceptions
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/layout", headers={"Host": f"evil.example:{port}"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=30)
+    assert exc.value.code == 400
+
+    async def first(origin: str):
+        async with websockets.connect(f"ws://127.0.0.1:{port}/ws", origin=origin) as ws:
+            return json.loads(await asyncio.wait_for(ws.recv(), 30))
+
+    with pytest.raises(websockets.exceptions.WebSocketException):
+        asyncio.run(first("http://evil.example"))
+    assert asyncio.run(first(f"http://127.0.0.1:{port}"))["type"] == "frame"
