@@ -5,7 +5,7 @@
 Layout of `out_dir`: campaign.json (the validated campaign, for replay), results/<run_id>.json
 (one per finished run: the resume marker), runs/<run_id>/ (recording, decision log),
 junit.xml, report.html, summary.json, progress.json (rewritten after every run: the live
-dashboard's campaign view, `hil campaign run --dashboard`; see `Progress`).
+dashboard's campaign view, `hil campaign run --dashboard`; see `CampaignProgress`).
 
 A run that errored (could not run: a helper that did not come up, ...) is retried at once up to
 [campaign].retries times; its last error is saved for the report but never counts as done: the
@@ -51,7 +51,7 @@ def read_campaign(out_dir: Path):
     return Campaign.model_validate(json.loads((Path(out_dir) / "campaign.json").read_text()))
 
 
-class Progress:
+class CampaignProgress:
     """progress.json in the output directory: total, done, pass/fail counts, the latest results,
     state ("running", then "finished" or "interrupted"), the driver's pid. Written atomically
     after each finished run (never from a worker), so a reader never sees half a file."""
@@ -119,7 +119,7 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
         task = bar.add_task(c.name, total=len(runs), completed=len(done), ok=counts["pass"], bad=counts["fail"])
         bar.start()
 
-    prog = Progress(c, out_dir, len(runs), len(done), counts["pass"])
+    prog = CampaignProgress(c, out_dir, len(runs), len(done), counts["pass"])
 
     def on_result(res: dict) -> None:
         prog.result(res)

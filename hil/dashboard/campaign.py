@@ -1,7 +1,7 @@
 """The dashboard's campaign view: progress of `hil campaign run` from its progress.json.
 
 The campaign driver rewrites `<out>/progress.json` after every finished run
-(hil/campaign/runner.py Progress): total, done, pass/fail, the latest results, state. A frame
+(hil/campaign/runner.py CampaignProgress): total, done, pass/fail, the latest results, state. A frame
 is that file as last read (re-read when its modification time changes), so watching a
 campaign costs its workers nothing.
 """

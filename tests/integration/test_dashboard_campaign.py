@@ -1,5 +1,5 @@
 """The dashboard's campaign view in a headless browser: `hil dashboard OUT_DIR` on the output
-directory of a campaign shows its progress (hil/campaign/runner.py Progress writes
+directory of a campaign shows its progress (hil/campaign/runner.py CampaignProgress writes
 progress.json after every run) and follows it as runs finish."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hil.campaign.runner import Progress
+from hil.campaign.runner import CampaignProgress
 from tests.integration.net import free_port, listening, wait_for
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium n
 
 def test_campaign_progress_in_a_browser(tmp_path):
     (tmp_path / "campaign.json").write_text("{}")
-    prog = Progress(SimpleNamespace(name="bioreactor_faults"), tmp_path, total=5, done=1, passed=1)
+    prog = CampaignProgress(SimpleNamespace(name="bioreactor_faults"), tmp_path, total=5, done=1, passed=1)
     prog.result({"run": {"run_id": "plc.stuck.s1"}, "verdict": "fail", "failed": ["do_band_plc"]})
     port = free_port()
     dash = subprocess.Popen([sys.executable, "-m", "hil.cli", "dashboard", str(tmp_path), "--listen",

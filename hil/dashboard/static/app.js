@@ -131,7 +131,7 @@ function cards(f) {
   if (!ev.children.length) li(ev, hello.has_safety ? "no events yet" : "no decision log (no safety process)");
 }
 
-function campaign(c) {  // `hil campaign run`: progress.json (hil/campaign/runner.py Progress)
+function campaign(c) {  // `hil campaign run`: progress.json (hil/campaign/runner.py CampaignProgress)
   $("camp-bar").max = c.total || 1; $("camp-bar").value = c.done || 0;
   $("camp-text").textContent = `${c.done ?? 0} / ${c.total ?? "?"} runs: ${c.pass ?? 0} pass, ${c.fail ?? 0} fail; ${fmt(c.elapsed_s, 4)} s elapsed (${c.state ?? "waiting"})`;
   const ul = $("camp-latest"); ul.replaceChildren();
