@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import sys
 
@@ -168,7 +169,12 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a scenario value (TOML literal), e.g. --set loop.time_scale=1000.")
-def run_command(config, duration, wall, lockstep, record_path, no_record, as_json, quiet, settings) -> None:
+@click.option("--dashboard", "dashboard", default=None, metavar="[HOST:]PORT",
+              help="Serve the live dashboard (hil dashboard) beside the run, e.g. --dashboard 8050.")
+@click.option("--dashboard-password-file", default=None, type=click.Path(dir_okay=False),
+              help="Operator password for the dashboard (mode 0600); else $HIL_DASHBOARD_PASSWORD; none: read-only.")
+def run_command(config, duration, wall, lockstep, record_path, no_record, as_json, quiet, settings,
+                dashboard, dashboard_password_file) -> None:
     """Run the scenario CONFIG (a TOML file)."""
     from rich.console import Console
 
@@ -181,19 +187,40 @@ def run_command(config, duration, wall, lockstep, record_path, no_record, as_jso
         scenario = load_scenario(config, parse_settings(settings))
         sim_s = run_duration(scenario, duration=duration, wall=wall, lockstep=lockstep)
         check_scenario_ports(scenario, lockstep=lockstep, source=str(config))
+        dash = _dashboard(dashboard, dashboard_password_file, config, err)
         runtime = Runtime(scenario, lockstep=lockstep, duration_s=sim_s,
                           record=False if no_record else None, record_path=record_path,
                           scenario_path=str(config))
     except ConfigError as exc:
         err.print(f"[red]config error[/red] {exc}")
         sys.exit(2)
-    summary = run_runtime(runtime, err, scenario, sim_s, lockstep, quiet)
+    runtime.announce = True  # `hil dashboard SCENARIO` finds it (hil/live_runs.py)
+    try:
+        summary = run_runtime(runtime, err, scenario, sim_s, lockstep, quiet,
+                              **({"on_started": lambda rt: dash.start(os.getpid())} if dash else {}))
+    finally:
+        if dash is not None:
+            dash.stop()
     if not quiet and err.is_terminal:
         err.file.write("\n")
     print_summary(err, summary)
     if as_json:
         click.echo(json.dumps(summary, default=str))
     sys.exit(summary.get("exit_code", 0 if summary["state"] == "stopped" else 1))
+
+
+def _dashboard(listen, password_file, config, err):
+    """The dashboard process to start beside the run (None without --dashboard); its address is
+    checked now, and its URL printed."""
+    if listen is None:
+        return None
+    from hil.dashboard.auth import read_password
+    from hil.dashboard.launch import DashboardProcess, check_listen
+
+    url = check_listen(listen)
+    login = "operator login enabled" if read_password(password_file) else "read-only (no password given)"
+    err.print(f"  dashboard: [bold]{url}[/bold] ({login})")
+    return DashboardProcess(str(config), listen, password_file)
 
 
 def check_scenario_ports(scenario, *, lockstep: bool, servers: bool | None = None, source: str | None = None) -> None:

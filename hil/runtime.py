@@ -99,6 +99,20 @@ class RunSummary:
         return d
 
 
+def _both(first, second):
+    """A status callback calling `first` (may be None) then `second`."""
+    if first is None:
+        return second
+
+    def call(status: dict) -> None:
+        try:
+            first(status)
+        finally:
+            second(status)
+
+    return call
+
+
 class _Profile:
     """Piecewise-constant command: value of the last point with t_point <= t."""
 
@@ -128,6 +142,8 @@ class Runtime:
     safety_watch = None  # hil.safety.watch.SafetyWatch once the safety process runs
     scheduling: dict | None = None  # what the loop obtained (rt.apply_loop_scheduling), set at start
     on_scheduled = None  # optional callback(scheduling, warnings), once scheduling is set (the CLI's banner)
+    announce = False  # True: announce the run for `hil dashboard` (hil/live_runs.py); hil run / hil demo set it
+    _live = None  # its hil.live_runs.Announcement while it runs
     hooks = None  # optional per-step hooks: pre(k, t), actuate(k, t, u_app), sense(k, t_end, y_meas)
     #               (fault injection, hil/campaign/faults.py FaultStage); None: not called
 
@@ -395,6 +411,14 @@ class Runtime:
             # never reads placeholders (Modbus answers 06 busy until this publish)
             self._publish_initial()
             self._start_children()
+            if self.announce:  # a viewer finds the run there (hil/live_runs.py); written off the loop's thread
+                from hil.live_runs import Announcement
+
+                try:
+                    self._live = Announcement(self)
+                    on_status = _both(on_status, self._live.update)
+                except OSError as exc:  # a viewer cannot find the run; the run itself goes on
+                    self.warnings.append(f"run not announced for `hil dashboard`: {exc}")
             if on_started is not None:
                 on_started(self)
             if on_status is not None:  # its thread keeps normal scheduling: start it first
@@ -511,6 +535,9 @@ class Runtime:
             "clipped_inputs": self.clipped_inputs,
             "input_writes": int(self.image.counters()["input_writes"]),
             "alarms": self.alarms.active(),
+            "late_steps": self.clock.late_steps,
+            "loop_state": self.state,
+            **({"lateness_counts": lat.counts.copy()} if self._live is not None else {}),
         }
 
     def _finish(self, summary: RunSummary) -> None:
@@ -536,6 +563,11 @@ class Runtime:
         if getattr(self, "stage_times", None) is not None:
             summary.extra["stage_us"] = self.stage_times.summary_us()
         summary.gc = self.gc.summary()
+        if self._live is not None:  # the final figures for a viewer still attached
+            try:
+                self._live.update(self._status(summary.steps))
+            except OSError:
+                pass
         if self._reporter is not None:
             self._reporter.close()
             summary.status_lines_dropped = self._reporter.dropped
@@ -583,6 +615,9 @@ class Runtime:
 
     def close(self) -> None:
         """Release the process image (the creator removes it) and a fallback run directory."""
+        if self._live is not None:
+            self._live.withdraw()
+            self._live = None
         if self.image is not None:
             self.image.close()
             self.image = None

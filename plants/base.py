@@ -126,6 +126,7 @@ class PlantModel:
     name: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     watches: tuple = ()  # OutputWatch conditions the loop checks every step
+    panels: tuple = ()  # plants.panels.Panel: the dashboard's default panels for this plant
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
@@ -150,7 +151,8 @@ class PlantModel:
         return cls(spec=module.SPEC, form="ode", step=module.step, outputs=module.outputs,
                    max_substep=float(module.MAX_SUBSTEP), default_substeps=int(module.DEFAULT_SUBSTEPS),
                    time_unit_s=float(getattr(module, "TIME_UNIT_S", 1.0)), derivatives=module.derivatives,
-                   run_batch=getattr(module, "run_batch", None), name=name or _plant_name(module))
+                   run_batch=getattr(module, "run_batch", None), name=name or _plant_name(module),
+                   panels=tuple(getattr(module, "PANELS", ())))
 
     # legacy attribute names, so a PlantModel reads like the module it came from
     @property

@@ -166,6 +166,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from plants.panels import Panel
 from plants.spec import PlantSpec, Quantity
 
 TIME_UNIT_S = 3600.0
@@ -283,6 +284,13 @@ SPEC = PlantSpec(
         Q("C_a", "mol/L", 3.0, 2.7, 3.3, "acid concentration"),
         Q("C_b", "mol/L", 3.0, 2.7, 3.3, "base concentration"),
     ),
+)
+
+# the dashboard's default panels (plants/panels.py): what the operator of a fed-batch watches
+PANELS = (
+    Panel("Dissolved oxygen", ("dissolved_oxygen", "agitation_power")),
+    Panel("Glucose and feed", ("glucose", "feed_rate")),
+    Panel("pH", ("ph", "base_flow")),
 )
 del Q
 

@@ -53,6 +53,7 @@ import numpy as np
 from numba import njit
 
 from plants.base import PlantModel
+from plants.panels import Panel
 from plants.manipulator import arm
 from plants.manipulator import dynamics as dyn
 from plants.manipulator.chain import PANDA_LOCK, PANDA_TCP, PANDA_URDF
@@ -208,7 +209,15 @@ def build(options: dict) -> PlantModel:
     ints = np.array([nb, p_scale, 12 * nb], dtype=np.int64)
     return PlantModel(spec=spec, form="step", step=step, outputs=outputs, max_substep=MAX_SUBSTEP,
                       default_substeps=1, time_unit_s=1.0, data=(am.mf.copy(), am.mi.copy(), ints),
-                      work=(am.mf.copy(), am.wf.copy()))
+                      work=(am.mf.copy(), am.wf.copy()), panels=PANELS)
+
+
+# the dashboard's default panels (plants/panels.py): joint positions, end-effector position
+PANELS = (
+    Panel("Joint positions (rad)", ("joint.q",)),
+    Panel("End-effector position (m)", ("ee.position",)),
+    Panel("Joint torques (N m)", ("joint.tau_measured",)),
+)
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 
 Layout of `out_dir`: campaign.json (the validated campaign, for replay), results/<run_id>.json
 (one per finished run: the resume marker), runs/<run_id>/ (recording, decision log),
-junit.xml, report.html, summary.json.
+junit.xml, report.html, summary.json, progress.json (rewritten after every run: the live
+dashboard's campaign view, `hil campaign run --dashboard`; see `CampaignProgress`).
 
 A run that errored (could not run: a helper that did not come up, ...) is retried at once up to
 [campaign].retries times; its last error is saved for the report but never counts as done: the
@@ -50,6 +51,43 @@ def read_campaign(out_dir: Path):
     return Campaign.model_validate(json.loads((Path(out_dir) / "campaign.json").read_text()))
 
 
+class CampaignProgress:
+    """progress.json in the output directory: total, done, pass/fail counts, the latest results,
+    state ("running", then "finished" or "interrupted"), the driver's pid. Written atomically
+    after each finished run (never from a worker), so a reader never sees half a file."""
+
+    KEEP = 20  # latest results listed
+
+    def __init__(self, c, out_dir: Path, total: int, done: int, passed: int):
+        self.path = Path(out_dir) / "progress.json"
+        self.data = {"campaign": c.name, "pid": os.getpid(), "total": total, "done": done, "pass": passed,
+                     "fail": done - passed, "state": "running", "started_unix_s": time.time(), "elapsed_s": 0.0,
+                     "latest": []}
+        self._t0 = time.monotonic()
+        self.write()
+
+    def result(self, res: dict) -> None:
+        d = self.data
+        d["done"] += 1
+        d["pass" if res.get("verdict") == "pass" else "fail"] += 1
+        d["latest"] = ([{"run_id": res.get("run", {}).get("run_id"), "verdict": res.get("verdict"),
+                         "failed": [str(k) for k in (res.get("failed") or [])][:5],
+                         "wall_s": res.get("wall_s"), "error": res.get("error")}]
+                       + d["latest"])[: self.KEEP]
+        self.write()
+
+    def write(self, state: str | None = None) -> None:
+        from hil.atomic import write_json_atomic
+
+        if state:
+            self.data["state"] = state
+        self.data["elapsed_s"] = round(time.monotonic() - self._t0, 3)
+        try:
+            write_json_atomic(self.path, self.data, default=str)
+        except OSError:  # a progress file that cannot be written never stops a campaign
+            pass
+
+
 def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0, address: str | None = None,
                  progress: bool = True, console=None, realtime: bool | None = None,
                  only: list[str] | None = None) -> list[dict]:
@@ -81,13 +119,17 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
         task = bar.add_task(c.name, total=len(runs), completed=len(done), ok=counts["pass"], bad=counts["fail"])
         bar.start()
 
+    prog = CampaignProgress(c, out_dir, len(runs), len(done), counts["pass"])
+
     def on_result(res: dict) -> None:
+        prog.result(res)
         results.append(res)
         counts["pass" if res.get("verdict") == "pass" else "fail"] += 1
         if bar is not None:
             bar.update(task, advance=1, ok=counts["pass"], bad=counts["fail"])
 
     t0 = time.monotonic()
+    state = "interrupted"
     try:
         if todo:
             if executor == "ray":
@@ -98,7 +140,9 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
                 from hil.campaign.executors import run_local
 
                 run_local(c, todo, out_dir, workers, on_result, realtime=realtime)
+        state = "finished"
     finally:
+        prog.write(state)
         if bar is not None:
             bar.stop()
     from hil.campaign.paired import apply_paired

@@ -41,7 +41,9 @@ def _console():
 @click.option("--only", multiple=True, metavar="RUN_ID", help="Run only these runs.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
-def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progress, as_json) -> None:
+@click.option("--dashboard", "dashboard", default=None, metavar="[HOST:]PORT",
+              help="Serve the campaign's progress on the live dashboard (hil dashboard OUT_DIR) while it runs.")
+def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progress, as_json, dashboard) -> None:
     """Run CAMPAIGN_FILE (completed runs in the output directory are skipped)."""
     from hil.campaign.report import write_reports
     from hil.campaign.runner import run_campaign
@@ -59,6 +61,7 @@ def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progres
     n = len(expand(c))
     err.print(f"[bold]hil campaign[/bold] {c.name}: {n} runs ({len(c.scenarios)} scenario(s) x faults x "
               f"{len(c.seed_list())} seeds), {c.campaign.mode}, executor {executor}; results in {out.resolve()}")
+    dash = _start_dashboard(c, out, dashboard, err)
     try:
         results = run_campaign(c, out, executor=executor, workers=workers, address=address,
                                progress=not no_progress, console=err, only=list(only) or None)
@@ -68,6 +71,9 @@ def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progres
     except RuntimeError as exc:
         err.print(f"[red]error[/red] {exc}")
         sys.exit(2)
+    finally:
+        if dash is not None:
+            dash.stop()
     summary = write_reports(c, results, out)
     if not summary["valid"]:
         err.print(f"[bold white on red] {summary['invalid_reason']} [/bold white on red]")
@@ -84,6 +90,26 @@ def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progres
     if as_json:
         click.echo(json.dumps(summary, default=str))
     sys.exit(exit_code(summary))
+
+
+def _start_dashboard(c, out, listen, err):
+    """The dashboard process on the campaign's progress (None without --dashboard); exit 2 if
+    its address cannot be used."""
+    if listen is None:
+        return None
+    from hil.campaign.runner import save_campaign
+    from hil.dashboard.launch import DashboardProcess, check_listen
+
+    try:
+        url = check_listen(listen)
+    except ConfigError as exc:
+        err.print(f"[red]config error[/red] {exc}", markup=True)
+        sys.exit(2)
+    save_campaign(c, out)  # the directory it watches exists from now on
+    dash = DashboardProcess(str(out), listen)
+    dash.start()
+    err.print(f"  dashboard: [bold]{url}[/bold] (campaign progress, read-only)")
+    return dash
 
 
 def exit_code(summary: dict) -> int:

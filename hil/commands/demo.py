@@ -3,6 +3,7 @@
 loop (bioreactor, real time, faster than real time as the scenario says)
   + Modbus TCP and OPC UA servers in their own processes on 127.0.0.1
   + the SoftPLC in its own process: a Modbus master scanning every 100 ms, four PID loops
+  + the live dashboard in its own process (hil/dashboard/), its URL printed first
 for about 60 s of wall time with a live status line, then a plot (PNG) of the main
 signals with the setpoints, the recording and the SoftPLC's scan log.
 """
@@ -38,7 +39,10 @@ def _softplc_main(scenario, stop, record_path: str, results) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a scenario value (TOML literal), e.g. --set modbus.port=5021.")
-def command(config, wall, out_dir, as_json, settings) -> None:
+@click.option("--dashboard", "dashboard", default=None, metavar="[HOST:]PORT",
+              help="Where the live dashboard listens (default 127.0.0.1:8050, another free port if that is taken).")
+@click.option("--no-dashboard", is_flag=True, help="Do not start the live dashboard.")
+def command(config, wall, out_dir, as_json, settings, dashboard, no_dashboard) -> None:
     """Run loop + Modbus/OPC UA servers + SoftPLC in closed loop, then plot."""
     import json
 
@@ -59,6 +63,7 @@ def command(config, wall, out_dir, as_json, settings) -> None:
         sim_s = run_duration(scenario, duration=None, wall=wall, lockstep=False)
         wall_s = sim_s / scenario.loop.time_scale
         check_scenario_ports(scenario, lockstep=False, servers=True, source=str(config))
+        dash, dash_url = (None, None) if no_dashboard else _dashboard(config, dashboard)
     except ConfigError as exc:
         err.print(f"[red]config error[/red] {exc}")
         sys.exit(2)
@@ -70,6 +75,8 @@ def command(config, wall, out_dir, as_json, settings) -> None:
               f"({scenario.loop.time_scale:g}x), servers: "
               + ", ".join(f"{k} {getattr(scenario, k).host}:{getattr(scenario, k).port}" for k in servers)
               + f", SoftPLC scan {scenario.softplc.scan_ms:g} ms")
+    if dash_url:
+        err.print(f"  dashboard: [bold]{dash_url}[/bold] (read-only; live while the demo runs)")
     ctx = mp.get_context("spawn")
     stop, results = ctx.Event(), ctx.Queue()
     scan_log = str(out / "softplc-scan.csv")
@@ -77,6 +84,10 @@ def command(config, wall, out_dir, as_json, settings) -> None:
 
     def start_plc(_runtime) -> None:
         plc.start()
+        if dash is not None:
+            import os
+
+            dash.start(os.getpid())
 
     def stop_plc(_runtime) -> None:
         stop.set()  # before the servers stop, so the PLC does not see a comm loss
@@ -85,6 +96,7 @@ def command(config, wall, out_dir, as_json, settings) -> None:
 
     runtime = Runtime(scenario, duration_s=sim_s, record_path=str(out / "plant"), start_servers=True,
                       scenario_path=str(config))
+    runtime.announce = True  # the dashboard (and `hil dashboard`) find the run (hil/live_runs.py)
     err.print(f"  recording: {(out / 'plant').resolve()}")
     runtime.on_scheduled = print_scheduling(err)
     try:
@@ -100,6 +112,8 @@ def command(config, wall, out_dir, as_json, settings) -> None:
             pass
         sys.exit(2)
     finally:
+        if dash is not None:
+            dash.stop()
         stop.set()
         plc_stats = results.get(timeout=30) if plc.pid is not None and plc.exitcode in (None, 0) else {}
         if plc.pid is not None:
@@ -116,7 +130,25 @@ def command(config, wall, out_dir, as_json, settings) -> None:
               f"{plc_stats.get('comm_errors', 0)} comm errors, {plc_stats.get('comm_losses', 0)} comm losses")
     err.print(f"  scan log: {plc_stats.get('record_path', scan_log)}")
     err.print(f"  plot: [bold]{png}[/bold]")
-    summary.update(plot_path=str(png), softplc=plc_stats, out_dir=str(out))
+    summary.update(plot_path=str(png), softplc=plc_stats, out_dir=str(out), dashboard_url=dash_url)
     if as_json:
         click.echo(json.dumps(summary, default=str))
     sys.exit(summary.get("exit_code", 0 if summary["state"] == "stopped" else 1))
+
+
+def _dashboard(config, listen):
+    """(DashboardProcess, URL) for the demo: `listen` as given, else 127.0.0.1:8050, else (that
+    port taken, e.g. by another demo) a free loopback port. ConfigError if `listen` is unusable."""
+    from hil.dashboard.launch import DashboardProcess, check_listen
+    from hil.errors import ConfigError
+
+    if listen is None:
+        try:
+            url = check_listen("127.0.0.1:8050")
+        except ConfigError:
+            url = check_listen("127.0.0.1:0")
+    else:
+        url = check_listen(listen)
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+    return DashboardProcess(str(config), f"{host}:{port}"), url

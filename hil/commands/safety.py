@@ -27,32 +27,13 @@ def _load(config: str):
 
 
 def _request(sc, msg: dict, timeout_s: float) -> dict:
-    """One request to the running safety process's control socket."""
-    import msgpack
-    import zmq
+    """One request to the running safety process's control socket (hil/safety/control_client.py)."""
+    from hil.safety.control_client import ControlError, control_request
 
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(sc.bus.endpoint("control", sc.name))
-        if msg.get("op") == "status":  # readable by whoever reaches the socket
-            sock.send(msgpack.packb(msg))
-        else:  # signed with the run's bus key (its 0600 file: the run's user only)
-            from hil.bus_auth import read_run_key, sign_control
-            from hil.errors import ConfigError
-
-            try:
-                sock.send(sign_control(read_run_key(sc.bus, sc.name), msg))
-            except ConfigError as exc:
-                raise click.ClickException(f"cannot sign the request: {exc}") from None
-        if not sock.poll(int(timeout_s * 1000)):
-            raise click.ClickException(f"no safety process answered on {sc.bus.endpoint('control', sc.name)} "
-                                       f"within {timeout_s:g} s")
-        return msgpack.unpackb(sock.recv(), raw=False)
-    finally:
-        sock.close(0)
-        ctx.term()
+        return control_request(sc, msg, timeout_s)
+    except ControlError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.group("safety")
@@ -183,6 +164,17 @@ def log_cmd(path, show_all) -> None:
     click.echo("acting: " + ", ".join(f"{k} {v}" for k, v in sources.most_common()))
     if clips:
         click.echo("clips: " + ", ".join(f"{k} {v}" for k, v in clips.most_common()))
+
+
+@command.command("acknowledge")
+@click.argument("config", type=click.Path(dir_okay=False, exists=True))
+@click.option("--by", default="operator", show_default=True, help="Who acknowledges (in the decision log).")
+def acknowledge_cmd(config, by) -> None:
+    """Acknowledge the running wrapper's alarms (logged; changes no mode and no limit)."""
+    res = _request(_load(config), {"op": "acknowledge", "by": by}, 2.0)
+    if not res["ok"]:
+        raise click.ClickException(res.get("error", "refused"))
+    click.echo(f"{res['acknowledged']} alarm(s) acknowledged")
 
 
 @command.command("check-fallback")

@@ -470,6 +470,18 @@ class SafetyCore:
             return True
         return False
 
+    def acknowledge(self, t_s: float, by: str = "operator") -> int:
+        """Mark every alarm not yet acknowledged as acknowledged by `by` (logged); returns how many.
+        Acknowledging records that an operator has seen them; it changes no mode and no limit."""
+        n = 0
+        for a in self.alarms:
+            if not a.get("acknowledged_by"):
+                a["acknowledged_by"] = by
+                n += 1
+        self.log({"t_s": t_s, "step": self.last_step, "event": "acknowledge", "by": by,
+                  "reason": f"{n} alarm(s) acknowledged by {by}"})
+        return n
+
     def promote(self, by: str = "operator") -> dict:
         self.finish()
         t_s = self.last_t if self.last_t is not None else 0.0

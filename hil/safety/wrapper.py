@@ -169,7 +169,7 @@ class SafetyProcess:
         msg, authed, why = self.control_auth.check(req)
         op = msg.get("op") if msg is not None else None
         t_s = self.core.last_t or 0.0
-        if op in ("promote", "demote", "rollback") and not authed:
+        if op in ("promote", "demote", "rollback", "acknowledge") and not authed:
             self.c["control_refused"] += 1
             out = {"ok": False, "error": f"{op} refused: {why}; run `hil safety {op}` as the run's user"}
         elif op == "status":
@@ -187,8 +187,10 @@ class SafetyProcess:
         elif op == "rollback":
             new = self.core.rollback(t_s, "operator: " + str(msg.get("reason", "manual rollback")))
             out = {"ok": True, "version": new}
+        elif op == "acknowledge":
+            out = {"ok": True, "acknowledged": self.core.acknowledge(t_s, str(msg.get("by", "operator")))}
         else:
-            out = {"ok": False, "error": f"unknown op {op!r} (status, promote, demote, rollback)"}
+            out = {"ok": False, "error": f"unknown op {op!r} (status, promote, demote, rollback, acknowledge)"}
         self._write_status()
         return msgpack.packb(out, use_bin_type=True, default=_jsonable)
 

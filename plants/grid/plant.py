@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from plants.base import OutputWatch, PlantModel
+from plants.panels import Panel
 from plants.grid.case import Case
 from plants.grid.case_files import read_case
 from plants.grid.injections import (bus_generation_q, electrical_generation, island_aggregates,
@@ -510,7 +511,17 @@ def build(options: dict) -> PlantModel:
     spec = b.build(randomize=_randomizer(lay, ratings))
     kernels = GridKernels(case, base, lay, trafo_rows)
     return PlantModel(spec=spec, form="step", step=kernels.step, outputs=kernels.outputs,
-                      max_substep=MAX_SUBSTEP_S, default_substeps=1, time_unit_s=1.0, watches=watches)
+                      max_substep=MAX_SUBSTEP_S, default_substeps=1, time_unit_s=1.0, watches=watches,
+                      panels=PANELS)
+
+
+# the dashboard's default panels (plants/panels.py): the voltage profile as a heat map over
+# time (normal band 0.95..1.05 pu), line loadings as bars (rating = 100 %), system frequency
+PANELS = (
+    Panel("Bus voltage magnitude (pu)", ("bus.vm",), kind="heatmap", band=(0.95, 1.05)),
+    Panel("Line loading (%)", ("line.loading",), kind="bars", band=(0.0, 100.0)),
+    Panel("Frequency", ("grid.frequency",)),
+)
 
 
 def _option_fraction(options: dict, key: str, default: float) -> float:

@@ -91,6 +91,11 @@ def test_tiny_campaign_verdicts_resume_replay_reports(tmp_path):
     assert len(junit.findall(".//failure")) == 2
     html = (out / "report.html").read_text()
     assert "plc.agitator_stuck.s1" in html and "<svg" in html and "held in 2/4 runs" in html
+    # progress.json (the dashboard's campaign view): every run counted, the failures named
+    prog = json.loads((out / "progress.json").read_text())
+    assert (prog["state"], prog["total"], prog["done"], prog["pass"], prog["fail"]) == ("finished", 4, 4, 2, 2)
+    assert {r["run_id"] for r in prog["latest"] if r["verdict"] == "fail"} == set(summary["failed_runs"])
+    assert all(r["failed"] == ["do_above_60"] for r in prog["latest"] if r["verdict"] == "fail")
     # resume: nothing runs again
     r2 = _run(["campaign", "run", str(camp), "--no-progress"], tmp_path)
     assert r2.returncode == 1

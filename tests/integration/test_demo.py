@@ -19,6 +19,8 @@ def test_demo_closes_the_loop_and_leaves_a_plot(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
+    url = summary["dashboard_url"]  # the live dashboard beside the demo, its URL printed first
+    assert url.startswith("http://127.0.0.1:") and f"dashboard: {url}" in out.stderr
     png = Path(summary["plot_path"])
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plc = summary["softplc"]
