@@ -25,7 +25,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from hil.loop.step import LoopStep, is_compiled, no_correction, outputs_ode
+from hil.loop.step import LoopStep, fused_kernels, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
 from hil.recorder import columns_for
@@ -108,8 +108,6 @@ class HilVectorEnv(VectorEnv):
         self.autoreset = np.zeros(N, dtype=bool)
         self.drawn: list[dict] = [{} for _ in range(N)]
         self.parallel = N >= PARALLEL_MIN if parallel is None else bool(parallel)
-        from hil.loop.specialize import fused_kernels
-
         kern = fused_kernels(m.plant_model) if self.batched else None  # specialised: Numba caches it
         self._kernel = (kern.batch_step if self.parallel else kern.batch_step_serial) if kern else None
         self._prefix = kern.prefix if kern else ()

@@ -7,8 +7,9 @@ load 18, in front of every `hil run`, gym env, campaign run and test. Here the s
 written once per plant as a small module whose plant kernels are imported globals (static calls
 Numba caches like any other function):
 
-    kern = fused_kernels(model)          # FusedKernels(row_step, batch_step, batch_step_serial, prefix)
+    kern = specialised(model)            # FusedKernels(row_step, batch_step, batch_step_serial, prefix) or None
     kern.row_step(*kern.prefix, k, tp, x, ...)    # the arguments of step.row_step after the kernels
+    (hil.loop.step.fused_kernels(model): this, or the generic kernels)
 
 The generated source lives in `<cache>/hil/loop_steps/` (`$HIL_CACHE_DIR`, else
 `$XDG_CACHE_HOME/hil`, else `~/.cache/hil`), named after the plant's kernels and form; it is
@@ -16,8 +17,9 @@ written only when its text changes (atomically: concurrent processes write the s
 because Numba's cache is keyed on the source file's time stamp. The body is the very sequence of
 `row_step` (the same stage kernels, in the same order: bit-identical results, tested in
 tests/hil/loop/test_specialize.py). A plant whose kernels are not importable by module and name
-(a factory's closure, a Python step), or a cache directory that cannot be written, gets the
-generic kernels (`prefix` = the four kernel arguments) and compiles as before.
+(a factory's closure, a Python step), or a cache directory that cannot be written, gets None:
+hil.loop.step.fused_kernels then hands out the generic kernels (`prefix` = the four kernel
+arguments), compiled per process as before.
 """
 
 from __future__ import annotations
@@ -169,25 +171,15 @@ def _write_if_changed(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def generic() -> FusedKernels:
-    from hil.loop import step
-
-    return FusedKernels(step.row_step, step.batch_step, step.batch_step_serial, (), False)
-
-
-def fused_kernels(model) -> FusedKernels:
-    """The fused step kernels for a PlantModel (plants/base.py): specialised and cached when its
-    kernels are importable by name, else the generic ones with the kernels as `prefix`."""
-    from hil.loop import step
-
+def specialised(model) -> FusedKernels | None:
+    """The fused step kernels written for a PlantModel (plants/base.py) and cached by Numba, or
+    None when its kernels are not importable by name or the cache directory cannot be written
+    (hil.loop.step.fused_kernels then uses the generic kernels)."""
     key = (model.step, model.outputs, model.form)
     if key in _LOADED:
         return _LOADED[key]
-    advance, outputs_of = step.plant_adapters(model)
-    fallback = FusedKernels(step.row_step, step.batch_step, step.batch_step_serial,
-                            (advance, model.step, outputs_of, model.outputs), False)
     text = source_for(model.step, model.outputs, model.form)
-    kern = fallback
+    kern = None
     if text is not None:
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         stem = re.sub(r"\W", "_", f"{model.step.py_func.__module__}_{model.step.py_func.__qualname__}_{model.form}")

@@ -40,6 +40,7 @@ from numba.core.typing.typeof import Purpose, typeof
 
 from hil.calibration.residual import apply_correction
 from hil.gaps.pipeline import GapPipeline, _actuate, _sense
+from hil.loop.specialize import FusedKernels, specialised
 from hil.loop_kernels import check_state, clip_inputs
 
 # plant kernels passed as arguments are Numba's "first-class functions", which it still labels
@@ -193,6 +194,17 @@ def plant_adapters(model) -> tuple:
     return (advance_ode, outputs_ode) if model.form == "ode" else (advance_hybrid, outputs_hybrid)
 
 
+def fused_kernels(model) -> FusedKernels:
+    """The fused step for a PlantModel: written for its kernels and cached on disk by Numba
+    (hil/loop/specialize.py), else the generic kernels with the plant's as `prefix`."""
+    kern = specialised(model)
+    if kern is not None:
+        return kern
+    advance, outputs_of = plant_adapters(model)
+    return FusedKernels(row_step, batch_step, batch_step_serial, (advance, model.step, outputs_of, model.outputs),
+                        False)
+
+
 class LoopStep:
     """One instance's preallocated step state over a plants.base.Plant (its x, z, d, p, y and
     its u as the applied inputs), a GapPipeline (identity when None) and a residual model's
@@ -293,8 +305,6 @@ class LoopStep:
             model = self.plant.model
             if entry is None or self._bound_to[0] is not model.step or self._bound_to[1] is not model.outputs \
                     or self._bound_to[2] is not self.aux:
-                from hil.loop.specialize import fused_kernels
-
                 self.kern = fused_kernels(model)  # specialised to this plant, cached by Numba
                 args = self._fused_args(k, wall_ns, late_us)
                 status = self.kern.row_step(*args)
