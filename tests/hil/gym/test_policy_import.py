@@ -84,7 +84,7 @@ def test_sac_imports_with_its_squashed_actions(tmp_path):
     model.learn(total_timesteps=120)
     model.save(tmp_path / "sac.zip")
     r = _cli("import", str(tmp_path / "sac.zip"), str(CONFIG), "--out", str(tmp_path / "pol"),
-             "--rollout-steps", "50", "--algo", "sac")
+             "--rollout-steps", "50", "--algo", "sac", "--heads", "0")
     assert r.returncode == 0, r.stderr
     pol = load_version(PolicyStore(tmp_path / "pol"), "v1")
     obs, env = _observations(100)
