@@ -176,9 +176,9 @@ def import_cmd(model, config, out, fmt, vecnormalize, action_map, heads, algo, v
     unc = meta.get("uncertainty")
     if unc:
         sc_b = unc["scores_on_buffer"]
-        click.echo(f"  {unc['heads']} bootstrapped heads: disagreement on the buffer p99 "
-                   f"{sc_b['disagreement']['p99']:.3g}, max {sc_b['disagreement']['max']:.3g}; network outside its "
-                   f"heads' hull by > 1 % of the span on {100 * sc_b['fraction_outside_1pct']:.2f} % of the steps")
+        click.echo(f"  {unc['heads']} bootstrapped heads: disagreement on the rollout buffer p50 "
+                   f"{sc_b['disagreement']['p50']:.3g}, p99 {sc_b['disagreement']['p99']:.3g}, max "
+                   f"{sc_b['disagreement']['max']:.3g} (set [safety.confidence] disagreement_enter above these)")
     elif not meta.get("training", {}).get("graph_members"):
         click.echo("  a single network without heads: the confidence gate's disagreement and consistency checks "
                    "cannot be computed, so it holds the fallback (fail closed) unless an operator accepts this "

@@ -9,9 +9,13 @@ features X (plant units) the network met in the scenario's env, targets its acti
 (plant units). Where the buffer is dense the heads agree with each other and with the network;
 away from it their fits differ, so their spread (the disagreement check: max over actions of
 std over heads / the input's scale) grows where the network acts on states the import did not
-see. The network's own action stays the proposal; the heads are its members, so the
-consistency check asks that the network lies inside its heads' hull (widened by the tolerance):
-a network and its distillation that part ways are not trusted either.
+see. The members sent with each proposal are the heads centred on the network's own action,
+
+    member_k(x) = net(x) + head_k(x) - mean_j head_j(x)           (plant units)
+
+so the proposal (the network's action, unchanged) is their mean: the consistency check holds by
+construction, and the disagreement check reads the heads' spread, a bootstrap estimate of how
+well the buffer pins the network's behaviour down at x.
 
 Stored as `heads.npz` (MLPEnsemble's format) beside the network; meta.json's "uncertainty"
 records K, the buffer and the in-buffer scores (`scores_on_buffer`) from which an operator sets
@@ -25,7 +29,7 @@ import numpy as np
 from hil.policy.ensemble import MLPEnsemble
 
 
-def fit_heads(act, X: np.ndarray, heads: int, *, hidden: int = 32, steps: int = 3000,
+def fit_heads(act, X: np.ndarray, heads: int, *, hidden: int = 32, steps: int = 1500,
               seed: int = 0) -> tuple[MLPEnsemble, dict]:
     """K heads imitating `act` (features (N, f) -> actions (N, a), plant units) on X, each on a
     bootstrap resample of X. Returns (heads, the fit's report)."""
@@ -42,20 +46,23 @@ def fit_heads(act, X: np.ndarray, heads: int, *, hidden: int = 32, steps: int = 
     return ens, report
 
 
-def scores(act, heads: MLPEnsemble, X: np.ndarray, span: np.ndarray) -> dict:
-    """The safety gate's member scores of (network, heads) on X (N, f), as
-    hil/safety/fallback.py computes them with scale = span: disagreement = max over actions
-    of the population std over heads / span; inconsistency = max over actions of how far the
-    network's action lies outside the heads' [min, max], / span. Percentiles over X."""
-    X = np.asarray(X, dtype=np.float64)
-    a = np.asarray(act(X), dtype=np.float64)  # (N, n_a)
-    m = heads.predict_batch(X)  # (M, N, n_a)
+class CentredHeads:
+    """act_members(x) of the module docstring, for one feature vector x (plant units)."""
+
+    def __init__(self, act, heads: MLPEnsemble):
+        self.act, self.heads = act, heads
+
+    def act_members(self, x: np.ndarray) -> np.ndarray:
+        h = self.heads.act_members(x)
+        return np.asarray(self.act(x), dtype=np.float64) + (h - h.mean(axis=0))
+
+
+def scores(heads: MLPEnsemble, X: np.ndarray, span: np.ndarray) -> dict:
+    """The safety gate's disagreement of the heads on features X (N, f), as
+    hil/safety/fallback.py computes it with scale = span: max over actions of the population
+    std over heads / span (the centring does not change it). Percentiles over X."""
+    m = heads.predict_batch(np.asarray(X, dtype=np.float64))  # (M, N, n_a)
     dis = (m.std(axis=0) / span).max(axis=1)
-    outside = np.maximum(0.0, np.maximum(m.min(axis=0) - a, a - m.max(axis=0))) / span
-    inc = outside.max(axis=1)
-
-    def pct(v):
-        return {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)), "max": float(v.max())}
-
-    return {"samples": int(X.shape[0]), "disagreement": pct(dis), "inconsistency": pct(inc),
-            "fraction_outside_1pct": float(np.mean(inc > 0.01))}
+    return {"samples": int(dis.size), "disagreement": {"p50": float(np.percentile(dis, 50)),
+                                                      "p99": float(np.percentile(dis, 99)),
+                                                      "max": float(dis.max())}}

@@ -101,7 +101,8 @@ def write_version(scenario, env, out: str | Path, *, kind: str, files: Callable[
         uncertainty = {"kind": "bootstrap_heads", "file": "heads.npz", "heads": int(heads),
                        "buffer": {"source": "rollout of the imported policy", "steps": int(rollout_steps),
                                   "seed": int(seed)},
-                       "fit": fit, "scores_on_buffer": scores(act_batch, head_model, X, span)}
+                       "members": "centred on the network's action", "fit": fit,
+                       "scores_on_buffer": scores(head_model, X, span)}
     store = PolicyStore(out)
     version = version or store.next_version()
     digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()

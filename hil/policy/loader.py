@@ -146,11 +146,12 @@ def _attach_heads(pol: LoadedPolicy, path, meta: dict) -> None:
     if pol.act_members is not None:
         raise ValueError(f"{path}: a policy with its own members and bootstrapped heads (one or the other)")
     from hil.policy.ensemble import MLPEnsemble
+    from hil.policy.heads import CentredHeads
 
     heads = MLPEnsemble.load(path / unc.get("file", "heads.npz"))
     if heads.n_features != len(pol.features) or heads.n_actions != len(pol.actions):
         raise ValueError(f"{path}: the heads do not match {len(pol.features)} features / {len(pol.actions)} actions")
-    pol.act_members = heads.act_members
+    pol.act_members = CentredHeads(pol.act, heads).act_members
 
 
 def load_policy(section, scenario_path: str | None = None, version: str | None = None) -> LoadedPolicy:
