@@ -19,7 +19,7 @@ well the buffer pins the network's behaviour down at x.
 
 Stored as `heads.npz` (MLPEnsemble's format) beside the network; meta.json's "uncertainty"
 records K, the buffer and the in-buffer scores (`scores_on_buffer`) from which an operator sets
-[safety.confidence] disagreement_enter / consistency_tolerance.
+[safety.confidence] disagreement_enter.
 """
 
 from __future__ import annotations
