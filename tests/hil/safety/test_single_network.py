@@ -94,6 +94,10 @@ def test_an_operator_acceptance_promotes_the_named_version_and_is_in_the_decisio
     st = core.status()["fallback"]
     assert st["single_network"]["version"] == "v1" and st["checks"]["disagreement"]["enabled"]
     assert math.isnan(core.gate.last_disagreement)  # not applied, not faked as 0
+    from hil.commands.safety import status_lines
+
+    text = "\n".join(status_lines(core.status()))
+    assert "single network v1: OPERATOR-ACCEPTED by A. Operator at 2026-12-02T17:00:00Z" in text
 
 
 def test_an_acceptance_covers_only_its_versions_and_members_sent_are_still_checked():
