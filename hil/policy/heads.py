@@ -53,7 +53,9 @@ class CentredHeads:
         self.act, self.heads = act, heads
 
     def act_members(self, x: np.ndarray) -> np.ndarray:
-        h = self.heads.act_members(x)
+        # numpy, not the compiled kernel: the policy process is confined before it loads the
+        # policy, and K small heads cost microseconds either way
+        h = self.heads.act_members_numpy(np.asarray(x, dtype=np.float64))
         return np.asarray(self.act(x), dtype=np.float64) + (h - h.mean(axis=0))
 
 
