@@ -1,5 +1,6 @@
 """`hil policy import` of a TorchScript or an ONNX file (hil/policy/import_graph.py): the imported
-version's actions are the source model's on the same features (to 1e-6 of each action's span),
+version's actions are the source model's on the same features (to 1e-6 of each action's span, in
+the env and in a shadow run in HIL),
 with normalization and action scaling folded into the graph or recorded beside it; a graph that
 does not fit the scenario is refused with the reason."""
 
@@ -95,6 +96,41 @@ def test_torchscript_with_everything_folded_in_imports_with_heads(tmp_path):
     assert m.shape == (3, len(lo)) and np.allclose(m.mean(0), got[0], rtol=1e-12, atol=1e-12)
     mean, cov = store.stats("v1")
     assert mean.shape == (obs.shape[1],) and np.isfinite(cov).all()
+    _shadow_proposals_are_the_module(tmp_path, scripted, pol, env)
+
+
+def _shadow_proposals_are_the_module(tmp_path, module, pol, env):
+    """In HIL (shadow run over the bus, the policy process confined, onnxruntime): every
+    proposal is the source module's action on the features the loop published."""
+    import json
+
+    from hil.gym.deploy import shadow_run
+    from hil.policy.features import FeatureMap
+    from hil.recorder import read_recording
+
+    res = shadow_run(CONFIG, tmp_path / "pol", "v1", duration_s=20.0, workdir=tmp_path / "shadow")
+    assert res["comparison"]["proposals"] >= 18, res["comparison"]
+    spec = env.model.spec
+    df = read_recording(tmp_path / "shadow" / "rec")
+    fmap = FeatureMap(spec, pol.features)
+    dec = [json.loads(line) for line in open(tmp_path / "shadow" / "decisions.jsonl")]
+    log_names = next(d["actions"] for d in dec if d.get("event") == "start")
+    to_log = [pol.actions.index(n) for n in log_names]
+    span = np.array([spec.quantity("inputs", n).high - spec.quantity("inputs", n).low for n in log_names])
+    checked = 0
+    for d in dec:
+        if d.get("event") != "decision" or d.get("proposal") is None:
+            continue
+        k = d["step"]
+        f = fmap.build(df.loc[k, [f"meas.{n}" for n in spec.names("outputs")]].to_numpy(float),
+                       df.loc[k, [f"app.{n}" for n in spec.names("inputs")]].to_numpy(float))
+        if not np.isfinite(f).all():
+            continue
+        with torch.no_grad():
+            want = module(torch.as_tensor(f[None, :], dtype=torch.float32)).double().numpy()[0]
+        assert np.max(np.abs(np.asarray(d["proposal"]) - want[to_log]) / span) < TOL, (k, d["proposal"], want)
+        checked += 1
+    assert checked >= 15
 
 
 def test_onnx_with_normalization_and_scaling_recorded(tmp_path):
