@@ -181,6 +181,16 @@ def bus_input_names(scenario, spec) -> list[str]:
     return [n for n in spec.names("inputs") if n in scenario.inputs and scenario.inputs[n].driver == "bus"]
 
 
+def declared_bus_input_names(scenario, spec) -> list[str]:
+    """Inputs driven by the bus, in the order the scenario declares them: [policy].inputs' order
+    for those it names, then the [inputs.*] tables' order (the gym env's action order; the bus
+    frames keep the spec's order, and every consumer maps by name)."""
+    driven = set(bus_input_names(scenario, spec))
+    pol = getattr(scenario, "policy", None)
+    first = [n for n in (getattr(pol, "inputs", None) or []) if n in driven]
+    return first + [n for n in scenario.inputs if n in driven and n not in first]
+
+
 def action_input_names(scenario, spec) -> list[str]:
     """Inputs an action message carries, in order: [policy].inputs if given, else bus inputs."""
     pol = getattr(scenario, "policy", None)

@@ -28,19 +28,24 @@ from hil.sections import SUBSYSTEM_SECTIONS
 def expand_input_groups(inputs: dict, spec) -> dict:
     """[inputs."gen.p"] (an array group) -> one entry per element (`gen_1.p`, ...); an
     element's own entry overrides the group's fields it sets. Unknown names are kept (the
-    checks name them)."""
+    checks name them). The result keeps the declaration order (an element at its first mention,
+    a group's elements in spec order at the group's place): the gym env's action order."""
     out: dict = {}
+    order: list[str] = []
     for name, inp in inputs.items():
         if spec.group("inputs", name) is not None:
             for el in spec.expand("inputs", name):
                 out[el] = inp
+                order.append(el)
+        else:
+            order.append(spec.names("inputs")[spec.index("inputs", name)] if spec.has("inputs", name) else name)
     for name, inp in inputs.items():
         if spec.group("inputs", name) is None:
             if spec.has("inputs", name):
                 name = spec.names("inputs")[spec.index("inputs", name)]  # `gen.p[2]` -> its element
             base = out.get(name)
             out[name] = inp if base is None else base.model_copy(update={k: getattr(inp, k) for k in inp.model_fields_set})
-    return out
+    return {n: out[n] for n in dict.fromkeys(order)}
 
 
 # Tables keyed by input name whose values apply per element: a group key sets every element

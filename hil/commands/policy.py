@@ -109,32 +109,80 @@ def mark_cmd(directory, version, known_good) -> None:
     click.echo(f"{version}: known_good = {known_good}")
 
 
+FORMATS = {".zip": "sb3", ".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript",
+           ".torchscript": "torchscript"}
+
+
 @command.command("import")
 @click.argument("model", type=click.Path(dir_okay=False, exists=True))
 @click.argument("config", type=click.Path(dir_okay=False, exists=True))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Policy directory (v1, v2, ...).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "sb3", "onnx", "torchscript"]), default="auto",
+              show_default=True, help="auto: from the file name (.zip SB3, .onnx, .pt/.pth/.ts TorchScript).")
 @click.option("--vecnormalize", default=None, type=click.Path(dir_okay=False, exists=True),
-              help="The VecNormalize saved with the model (its observation statistics are folded in).")
-@click.option("--algo", default="auto", show_default=True, help="PPO, A2C, SAC, TD3, DDPG or auto.")
+              help="The VecNormalize saved with the model (SB3: folded in; a graph: recorded and applied).")
+@click.option("--action-map", type=click.Choice(["none", "clip", "squash"]), default="none", show_default=True,
+              help="A graph's action mapping it does not fold in: clip to the bounds, or squash ([-1, 1] "
+                   "rescaled to the bounds). SB3 zips: taken from the algorithm.")
+@click.option("--heads", type=int, default=5, show_default=True,
+              help="Bootstrapped heads fitted on the rollout: a single network's disagreement signal for the "
+                   "confidence gate (0: none; the gate then refuses it unless an operator accepts it).")
+@click.option("--algo", default="auto", show_default=True, help="SB3: PPO, A2C, SAC, TD3, DDPG or auto.")
 @click.option("--version", default=None, help="Version to write (default: the next one).")
 @click.option("--rollout-steps", type=int, default=2000, show_default=True,
-              help="Env steps of the imported policy whose features give the Mahalanobis statistics.")
+              help="Env steps of the imported policy whose features give the Mahalanobis statistics and the "
+                   "heads' buffer.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--known-good", is_flag=True, help="Record as known-good (default: a candidate).")
 @click.option("--notes", default="")
-def import_cmd(model, config, out, vecnormalize, algo, version, rollout_steps, seed, known_good, notes) -> None:
-    """Import a Stable-Baselines3 model (.zip) trained on CONFIG's gym env as a policy version."""
-    from hil.policy.importer import ImportRefused, import_sb3
+def import_cmd(model, config, out, fmt, vecnormalize, action_map, heads, algo, version, rollout_steps, seed,
+               known_good, notes) -> None:
+    """Import a model trained on CONFIG's gym env (an SB3 zip, an ONNX or a TorchScript file) as a
+    policy version."""
+    from pathlib import Path
+
+    from hil.policy.imported import ImportRefused
 
     sc = _load(config)
     if sc.gym is None:
         raise click.ClickException(f"{config} has no [gym] section: features and actions come from its env")
+    if fmt == "auto":
+        fmt = FORMATS.get(Path(model).suffix.lower())
+        if fmt is None:
+            raise click.ClickException(f"--format: cannot tell the format of {model} from its name "
+                                       f"({', '.join(FORMATS)}): give --format sb3|onnx|torchscript")
+    if heads == 1 or heads < 0:
+        raise click.ClickException(f"--heads: {heads} (0 for none, or at least 2: a spread needs two)")
+    common = dict(version=version, rollout_steps=rollout_steps, seed=seed, heads=heads, known_good=known_good,
+                  notes=notes)
     try:
-        vdir = import_sb3(model, sc, out, vecnormalize_path=vecnormalize, algo=algo, version=version,
-                          rollout_steps=rollout_steps, seed=seed, known_good=known_good, notes=notes)
+        if fmt == "sb3":
+            if action_map != "none":
+                raise click.ClickException("--action-map: an SB3 zip's mapping comes from its algorithm")
+            from hil.policy.importer import import_sb3
+
+            vdir = import_sb3(model, sc, out, vecnormalize_path=vecnormalize, algo=algo, **common)
+        else:
+            from hil.policy.import_graph import import_onnx, import_torchscript
+
+            fn = import_onnx if fmt == "onnx" else import_torchscript
+            vdir = fn(model, sc, out, vecnormalize_path=vecnormalize, action_map=action_map, **common)
     except ImportRefused as exc:
         raise click.ClickException(f"cannot import {model}: {exc}") from None
-    click.echo(f"{vdir}: kind mlp, {'known-good' if known_good else 'candidate'}")
+    from hil.policy.store import PolicyStore
+
+    meta = PolicyStore(out).meta(vdir.name)
+    click.echo(f"{vdir}: kind {meta['kind']}, {'known-good' if known_good else 'candidate'}")
+    unc = meta.get("uncertainty")
+    if unc:
+        sc_b = unc["scores_on_buffer"]
+        click.echo(f"  {unc['heads']} bootstrapped heads: disagreement on the rollout buffer p50 "
+                   f"{sc_b['disagreement']['p50']:.3g}, p99 {sc_b['disagreement']['p99']:.3g}, max "
+                   f"{sc_b['disagreement']['max']:.3g} (set [safety.confidence] disagreement_enter above these)")
+    elif not meta.get("training", {}).get("graph_members"):
+        click.echo("  a single network without heads: the confidence gate's disagreement and consistency checks "
+                   "cannot be computed, so it holds the fallback (fail closed) unless an operator accepts this "
+                   "version ([safety.confidence] single_network = \"operator-accepted\")")
 
 
 @command.command("check")

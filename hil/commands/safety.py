@@ -89,6 +89,10 @@ def status_lines(st: dict) -> list[str]:
         limits = f"enter > {chk['enter']}, exit <= {chk['exit']}" if chk["enter"] is not None else "no threshold"
         out.append(f"  check {name}: enabled, last {chk['last'] if chk['last'] is not None else '-'} "
                    f"({limits}){extra}")
+    acc = fb.get("single_network")
+    if acc:
+        out.append(f"  single network {acc['version']}: OPERATOR-ACCEPTED by {acc['accepted_by']} at "
+                   f"{acc['accepted_utc']} (disagreement and consistency not applied to it; {acc['reason'] or '-'})")
     if st.get("bad_signals"):
         out.append(f"Bad signals: {', '.join(st['bad_signals'])}")
     if st.get("applied_overrides"):

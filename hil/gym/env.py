@@ -36,7 +36,8 @@ from hil.recorder import columns_for
 
 
 class HilEnv(gym.Env):
-    """One scenario instance. Action: the bus-driven inputs (plant units, spec order, bounded
+    """One scenario instance. Action: the bus-driven inputs (plant units, in the scenario's declared
+    order: [policy].inputs, then the [inputs] tables' order; `metadata` names both orders; bounded
     by their physical bounds). Observation: float64 features (see the module docstring)."""
 
     metadata = {"render_modes": []}
@@ -48,7 +49,8 @@ class HilEnv(gym.Env):
         self.feature_names = m.feature_names
         # the order of the action and observation vectors, for tools that read env metadata
         self.metadata = {**type(self).metadata, "action_names": list(m.action_names),
-                         "observation_names": list(m.feature_names)}
+                         "observation_names": list(m.feature_names),
+                         "action_order": m.action_order, "observation_order": m.observation_order}
         self.action_space = spaces.Box(m.a_lo.copy(), m.a_hi.copy(), dtype=np.float64)
         n_f = len(m.feature_names)
         self.observation_space = spaces.Box(-np.inf, np.inf, (n_f,), dtype=np.float64)

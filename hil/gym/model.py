@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hil.bus_config import bus_input_names
+from hil.bus_config import declared_bus_input_names
 from hil.errors import ConfigError
 from hil.gaps.pipeline import GapPipeline
 from hil.gym.config import GymSection
@@ -72,7 +72,9 @@ class ScenarioModel:
                 pts = list(inp.profile)
                 self.profiles.append(Profile(i, np.array([p[0] for p in pts], float),
                                              np.array([p[1] for p in pts], float)))
-        self.action_names = bus_input_names(sc, spec)
+        self.action_names = declared_bus_input_names(sc, spec)  # the scenario's order, not the spec's
+        self.action_order = ("[policy].inputs, then the [inputs] tables in file order"
+                             if sc.policy is not None and sc.policy.inputs else "the [inputs] tables in file order")
         if not self.action_names:
             raise ConfigError("inputs", f"scenario {sc.name!r} has no input with driver = 'bus': an env's action "
                                         "is the bus-driven inputs (the policy's)")
@@ -94,6 +96,9 @@ class ScenarioModel:
         # observation: feature names over (measured outputs, applied inputs)
         self.feature_names = list(g.observation) if g.observation else (
             list(spec.names("outputs")) + [f"u.{n}" for n in spec.names("inputs")])
+        self.observation_order = ("[gym].observation in file order" if g.observation else
+                                  "the bus observation: every measured output, then every applied input "
+                                  f"(the {spec.name} spec's order)")
         from hil.policy.features import split_feature
         from hil.safety.config import signal_index
 

@@ -239,10 +239,11 @@ def same_seed_returns(config: str, policy_dir: str, version: str, seconds: float
     out = {"seed": seed}
     for mode, key in (("shadow", "baseline"), ("full", "policy")):
         env = SafetyWrapper(hil.gym.make(config, episode_s=float(seconds)), mode=mode)
+        to_env = [pol.actions.index(n) for n in env.unwrapped.action_names]  # the version's order -> the env's
         obs, _ = env.reset(seed=seed)
         ret, stop = 0.0, False
         while True:
-            obs, r, term, trunc, info = env.step(pol.act(obs))
+            obs, r, term, trunc, info = env.step(np.asarray(pol.act(obs))[to_env])
             ret += r
             if term or trunc:
                 stop = term

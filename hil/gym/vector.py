@@ -54,7 +54,8 @@ class HilVectorEnv(VectorEnv):
         self.num_envs = N = int(num_envs)
         self.action_names, self.feature_names = m.action_names, m.feature_names
         self.metadata = {**type(self).metadata, "action_names": list(m.action_names),
-                         "observation_names": list(m.feature_names)}
+                         "observation_names": list(m.feature_names),
+                         "action_order": m.action_order, "observation_order": m.observation_order}
         n_f = len(m.feature_names)
         self.single_action_space = spaces.Box(m.a_lo.copy(), m.a_hi.copy(), dtype=np.float64)
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (n_f,), dtype=np.float64)

@@ -9,7 +9,9 @@ What is written into `<out>/vN/` (hil/policy/store.py):
   observation and action order), the source file and its sha256, the algorithm, and
   `known_good` (false unless asked: an imported network is a candidate);
 - `stats.npz`: mean and covariance of the features the imported policy meets in a rollout of
-  the scenario's gym env (the Mahalanobis gate's training statistics).
+  the scenario's gym env (the Mahalanobis gate's training statistics);
+- `heads.npz` (`heads` >= 2, default 5): bootstrapped heads fitted on that rollout, the
+  disagreement signal of a single network (hil/policy/heads.py, hil/policy/imported.py).
 
 Checked before anything is written: the model's observation and action sizes against the env's,
 its action bounds against the scenario's inputs, every layer a supported one. A network type
@@ -18,22 +20,18 @@ this cannot express (CNN, recurrent, dict observations) is refused with its name
 
 from __future__ import annotations
 
-import hashlib
 import pickle
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from hil.policy.imported import ImportRefused, check_sizes, scenario_env, write_version
 from hil.policy.mlp import MLPPolicy
-from hil.policy.store import PolicyStore
+
+__all__ = ["ImportRefused", "import_sb3", "load_sb3", "mlp_from_sb3"]
 
 ALGOS = ("PPO", "A2C", "SAC", "TD3", "DDPG")
 _ACT = {"Tanh": "tanh", "ReLU": "relu", "ELU": "elu", "Sigmoid": "sigmoid", "Identity": "identity"}
-
-
-class ImportRefused(ValueError):
-    """The model cannot be imported (the reason names what and why)."""
 
 
 def _layers(modules) -> tuple[list, list, list]:
@@ -127,11 +125,9 @@ def mlp_from_sb3(model, vecnormalize=None) -> MLPPolicy:
 
 def import_sb3(model_path: str | Path, scenario, out: str | Path, *, vecnormalize_path: str | Path | None = None,
                algo: str = "auto", version: str | None = None, rollout_steps: int = 2000, seed: int = 0,
-               known_good: bool = False, notes: str = "") -> Path:
+               heads: int = 5, known_good: bool = False, notes: str = "") -> Path:
     """Import the SB3 model at `model_path` for `scenario` (a validated Scenario with [gym])
     into the policy directory `out`; returns the version directory. Raises ImportRefused."""
-    from hil.gym.env import HilEnv
-
     model = load_sb3(model_path, algo)
     vecnorm = None
     if vecnormalize_path is not None:
@@ -139,40 +135,23 @@ def import_sb3(model_path: str | Path, scenario, out: str | Path, *, vecnormaliz
             vecnorm = pickle.load(f)
         if not hasattr(vecnorm, "obs_rms"):
             raise ImportRefused(f"{vecnormalize_path} is not a saved VecNormalize")
-    env = HilEnv(scenario)
-    n_f, n_a = len(env.feature_names), len(env.action_names)
-    if model.observation_space.shape != (n_f,):
-        raise ImportRefused(f"the model observes {model.observation_space.shape}, the scenario's env gives {n_f} "
-                            f"features ({', '.join(env.feature_names)})")
-    if model.action_space.shape != (n_a,):
-        raise ImportRefused(f"the model acts on {model.action_space.shape}, the scenario has {n_a} bus inputs "
-                            f"({', '.join(env.action_names)})")
+    env = scenario_env(scenario)
+    check_sizes(env, model.observation_space.shape[0] if len(model.observation_space.shape) == 1 else -1,
+                model.action_space.shape[0] if len(model.action_space.shape) == 1 else -1)
     if not (np.allclose(model.action_space.low, env.action_space.low)
             and np.allclose(model.action_space.high, env.action_space.high)):
         raise ImportRefused(f"the model's action bounds {model.action_space.low}..{model.action_space.high} are "
                             f"not the scenario's {env.action_space.low}..{env.action_space.high} "
                             f"({', '.join(env.action_names)})")
     net = mlp_from_sb3(model, vecnorm)
-    # the features the imported policy meets in the scenario: the Mahalanobis gate's statistics
-    feats = []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(int(rollout_steps)):
-        feats.append(obs)
-        obs, _, term, trunc, _ = env.step(net.act(obs))
-        if term or trunc:
-            obs, _ = env.reset()
-    X = np.asarray(feats)
-    store = PolicyStore(out)
-    version = version or store.next_version()
-    digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
-    vdir = store.write_meta(version, {
-        "plant": scenario.plant.model, "kind": "mlp", "file": "policy.npz", "stats": "stats.npz",
-        "features": list(env.feature_names), "actions": list(env.action_names), "known_good": bool(known_good),
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "notes": notes,
-        "training": {"source": str(model_path), "sha256": digest, "algorithm": type(model).__name__,
-                     "vecnormalize": str(vecnormalize_path) if vecnormalize_path else None,
-                     "layers": [f"{W.shape[0]}x{W.shape[1]} {a}" for W, a in zip(net.W, net.acts)],
-                     "squash": net.squash, "stats_rollout_steps": int(rollout_steps), "stats_seed": int(seed)}})
-    net.save(vdir / "policy.npz")
-    np.savez(vdir / "stats.npz", mean=X.mean(axis=0), cov=np.cov(X, rowvar=False).reshape(n_f, n_f))
-    return vdir
+
+    def files(vdir: Path) -> dict:
+        net.save(vdir / "policy.npz")
+        return {"file": "policy.npz"}
+
+    training = {"algorithm": type(model).__name__,
+                "vecnormalize": str(vecnormalize_path) if vecnormalize_path else None,
+                "layers": [f"{W.shape[0]}x{W.shape[1]} {a}" for W, a in zip(net.W, net.acts)], "squash": net.squash}
+    return write_version(scenario, env, out, kind="mlp", files=files, act=net.act, source=model_path,
+                         training=training, rollout_steps=rollout_steps, seed=seed, heads=heads, version=version,
+                         known_good=known_good, notes=notes)

@@ -9,7 +9,9 @@ order of `features`) to an action vector (plant units, in the order of `actions`
 - ONNX (optional, needs onnxruntime): first input takes float32 (1, n_features); first output
   is the action; an output named `members`, if present, the (M, n_actions) member actions.
 - a stored version (hil/policy/store.py): kind mlp_ensemble (policy.npz), mlp (an imported network,
-  hil/policy/mlp.py), entry, or onnx.
+  hil/policy/mlp.py), entry, or onnx (with `io`: the recorded normalization and action mapping,
+  hil/policy/graph_io.py). An `uncertainty` of kind bootstrap_heads in meta.json adds the
+  version's heads (hil/policy/heads.py) as the members of its single network.
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ def load_entry(entry: str, features, actions, version: str | None = None) -> Loa
                         members if callable(members) else None)
 
 
-def load_onnx(path: str, features, actions, version: str | None = None) -> LoadedPolicy:
+def load_onnx(path: str, features, actions, version: str | None = None, io_path=None) -> LoadedPolicy:
+    """An ONNX graph; `io_path`: the normalization and action mapping recorded beside it
+    (hil/policy/graph_io.py), applied around the graph (not to its `members` output, which
+    must give actions in plant units)."""
     try:
         import onnxruntime as ort  # optional extra: pip install hil[onnx]
     except ImportError:
@@ -77,12 +82,22 @@ def load_onnx(path: str, features, actions, version: str | None = None) -> Loade
     members_name = "members" if "members" in outs else None
     n_act = len(actions)
 
+    dtype = np.float64 if sess.get_inputs()[0].type == "tensor(double)" else np.float32
+    io = None
+    if io_path is not None:
+        from hil.policy.graph_io import IOMap
+
+        io = IOMap.load(io_path)
+
     def act(x: np.ndarray) -> np.ndarray:
-        res = sess.run([outs[0]], {in_name: np.asarray(x, dtype=np.float32).reshape(1, -1)})
-        return np.asarray(res[0], dtype=np.float64).reshape(-1)
+        z = x if io is None else io.obs(np.asarray(x, dtype=np.float64))
+        res = sess.run([outs[0]], {in_name: np.asarray(z, dtype=dtype).reshape(1, -1)})
+        h = np.asarray(res[0], dtype=np.float64).reshape(-1)
+        return h if io is None else io.action(h)
 
     def act_members(x: np.ndarray) -> np.ndarray:
-        res = sess.run([members_name], {in_name: np.asarray(x, dtype=np.float32).reshape(1, -1)})
+        z = x if io is None else io.obs(np.asarray(x, dtype=np.float64))
+        res = sess.run([members_name], {in_name: np.asarray(z, dtype=dtype).reshape(1, -1)})
         return np.asarray(res[0], dtype=np.float64).reshape(-1, n_act)
 
     return LoadedPolicy(version or f"onnx:{path}", "onnx", list(features), list(actions), act,
@@ -113,11 +128,30 @@ def load_version(store: PolicyStore, version: str) -> LoadedPolicy:
     elif kind == "entry":
         pol = load_entry(meta["entry"], features, actions, version)
     elif kind == "onnx":
-        pol = load_onnx(str(path / meta["file"]), features, actions, version)
+        io = meta.get("io")
+        pol = load_onnx(str(path / meta["file"]), features, actions, version, io and path / io)
     else:
         raise ValueError(f"{path}: unknown policy kind {kind!r}")
+    _attach_heads(pol, path, meta)
     pol.meta = meta
     return pol
+
+
+def _attach_heads(pol: LoadedPolicy, path, meta: dict) -> None:
+    """A single network imported with bootstrapped heads (hil/policy/heads.py): the heads are
+    its members; its own action stays the proposal."""
+    unc = meta.get("uncertainty") or {}
+    if unc.get("kind") != "bootstrap_heads":
+        return
+    if pol.act_members is not None:
+        raise ValueError(f"{path}: a policy with its own members and bootstrapped heads (one or the other)")
+    from hil.policy.ensemble import MLPEnsemble
+    from hil.policy.heads import CentredHeads
+
+    heads = MLPEnsemble.load(path / unc.get("file", "heads.npz"))
+    if heads.n_features != len(pol.features) or heads.n_actions != len(pol.actions):
+        raise ValueError(f"{path}: the heads do not match {len(pol.features)} features / {len(pol.actions)} actions")
+    pol.act_members = CentredHeads(pol.act, heads).act_members
 
 
 def load_policy(section, scenario_path: str | None = None, version: str | None = None) -> LoadedPolicy:

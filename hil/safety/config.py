@@ -53,6 +53,14 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
     scale = { agitation_power = 100.0 } # default: each input's span (high - low)
     min_dwell_s = 60.0                  # in fallback at least this long, and exit conditions
                                         # must hold this long before control returns
+    single_network = "refuse"           # a proposal without members (one network): disagreement
+                                        # and consistency cannot be computed -> fallback; or
+                                        # "operator-accepted" for accepted_versions only, those two
+                                        # checks then do not apply to it (Mahalanobis must stay on);
+    accepted_by = "A. Operator"         #   who, when (ISO 8601 with zone), which versions, why:
+    accepted_utc = "2026-12-02T17:00:00Z"   # recorded in the decision log and the status
+    accepted_versions = ["v3"]
+    accepted_reason = "..."
 
     [safety.fallback]                   # baseline controller (hil.control.pid.PID loops)
     fixed = { base_flow = 0.0 }         # inputs held at a value
@@ -110,6 +118,8 @@ Signals in expressions are output names (`dissolved_oxygen`) or applied inputs (
 from __future__ import annotations
 
 import math
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -241,6 +251,14 @@ class ConfidenceSection(StrictModel):
     disagreement_exit: float = unlimited(math.inf, gt=0)
     scale: dict[str, float] = Field(default_factory=dict)
     min_dwell_s: float = Field(default=0.0, ge=0)
+    single_network: Literal["refuse", "operator-accepted"] = Field(
+        default="refuse", description="a proposal without members (a single network): its disagreement and "
+                                      "consistency cannot be computed, so the gate holds the fallback ('refuse'), "
+                                      "or an operator accepts the listed versions without them")
+    accepted_by: str = Field(default="", max_length=200, description="who accepted (single_network)")
+    accepted_utc: str = Field(default="", max_length=64, description="when, ISO 8601 with a time zone")
+    accepted_versions: list[str] = Field(default_factory=list, description="the policy versions accepted")
+    accepted_reason: str = Field(default="", max_length=2000)
 
     @model_validator(mode="after")
     def _hysteresis(self):
@@ -248,6 +266,44 @@ class ConfidenceSection(StrictModel):
             if getattr(self, f"{k}_exit") > getattr(self, f"{k}_enter"):
                 raise ValueError(f"{k}_exit must be <= {k}_enter (hysteresis)")
         return self
+
+    @model_validator(mode="after")
+    def _acceptance(self):
+        """An operator's acceptance of single networks names who, when and which versions, and
+        keeps the Mahalanobis check (the one confidence signal left to such a network)."""
+        keys = ("accepted_by", "accepted_utc", "accepted_versions", "accepted_reason")
+        if self.single_network == "refuse":
+            given = [k for k in keys if getattr(self, k)]
+            if given:
+                raise ValueError(f"{', '.join(given)} given, but single_network = 'refuse' (set it to "
+                                 "'operator-accepted' to accept single networks)")
+            return self
+        if not self.accepted_by.strip():
+            raise ValueError("single_network = 'operator-accepted' needs accepted_by (who accepted)")
+        try:
+            when = datetime.fromisoformat(self.accepted_utc)
+        except ValueError:
+            raise ValueError(f"accepted_utc: {self.accepted_utc!r} is not an ISO 8601 date and time "
+                             "(2026-12-02T17:00:00Z)") from None
+        if when.tzinfo is None:
+            raise ValueError(f"accepted_utc: {self.accepted_utc!r} has no time zone (append Z for UTC)")
+        if not self.accepted_versions:
+            raise ValueError("single_network = 'operator-accepted' needs accepted_versions (the policy versions "
+                             "accepted, e.g. [\"v3\"])")
+        for v in self.accepted_versions:
+            if not re.fullmatch(r"v[0-9]+", v):
+                raise ValueError(f"accepted_versions: {v!r} is not a policy version (v1, v2, ...)")
+        if not self.mahalanobis:
+            raise ValueError("single_network = 'operator-accepted' needs mahalanobis = true: an accepted single "
+                             "network keeps the Mahalanobis check (its one confidence signal)")
+        return self
+
+    def acceptance(self, version: str | None) -> dict | None:
+        """The operator's acceptance covering `version` (who, when, why), or None."""
+        if self.single_network != "operator-accepted" or version not in self.accepted_versions:
+            return None
+        return {"accepted_by": self.accepted_by, "accepted_utc": self.accepted_utc, "version": version,
+                "reason": self.accepted_reason}
 
 
 class PidLoop(StrictModel):

@@ -144,6 +144,7 @@ class SafetyCore:
         self.log({"event": "start", "mode": self.rollout.mode, "version": version, "actions": self.names,
                   "mahalanobis": self.gate.precision is not None,
                   "checks": {k: v["enabled"] for k, v in checks.items()},
+                  "single_network": self.gate.accepted,  # None: a proposal without members is not confident
                   "policy_lost_after_s": self.lost_after_s})
         if self.gate.enabled["mahalanobis"] and self.gate.precision is None and version:
             self.log({"event": "warning", "reason": f"{self._stats_why}: the Mahalanobis check cannot be computed, "
@@ -155,6 +156,11 @@ class SafetyCore:
         """Load the training statistics and features of `version` for the confidence gate."""
         self.gate.set_stats(None)
         self.features = None
+        accepted = self.gate.use_version(version)  # (a version without statistics is never confident)
+        if accepted is not None:
+            self.log({"event": "single_network_accepted", **accepted,
+                      "reason": f"operator-accepted single network: {accepted['reason'] or 'no reason given'}",
+                      "checks_not_applied": ["disagreement", "consistency"], "checks_kept": ["mahalanobis"]})
         self._stats_why = f"no training statistics for {version}"
         if not version or self.store is None:
             if version:
@@ -334,13 +340,8 @@ class SafetyCore:
         prop_a = None
         if proposal is not None:
             prop_a = proposal.payload["a"]
-            members = proposal.payload["members"]
-            dis = self.gate.disagreement(members)
-            inc = self.gate.inconsistency(prop_a, members)
-            if math.isnan(dis) or math.isnan(inc):
-                n_m = 0 if members is None else members.shape[0]
-                why["disagreement"] = f"{n_m} member(s), at least 2 needed"
-                why["consistency"] = "the proposal carries no members"
+            dis, inc, why_m = self.gate.member_scores(prop_a, proposal.payload["members"])
+            why.update(why_m)
         active, transition = self.gate.update(t_s, maha, dis, inc, why)
         if transition:
             if active:
@@ -422,7 +423,8 @@ class SafetyCore:
         if promoted is not None:
             c["promotions"] += 1
             self.log({**rec_base, "event": "mode", "mode": self.rollout.mode,
-                      "reason": self.rollout.history[-1]["reason"], "gate": promoted.as_dict()})
+                      "reason": self.rollout.history[-1]["reason"], "gate": promoted.as_dict(),
+                      "single_network": self.gate.accepted})
         if (clips or mode in ("shadow", "advisory") or self.sec.log_every_step or source != self.last_source
                 or infeasible or reason):
             rec = {**rec_base, "event": "decision", "mode": mode, "source": source, "action": _r(final),
@@ -489,7 +491,8 @@ class SafetyCore:
         if res.passed:
             self.c["promotions"] += 1
             self.log({"t_s": t_s, "step": self.last_step, "event": "mode", "mode": self.rollout.mode,
-                      "reason": self.rollout.history[-1]["reason"], "gate": res.as_dict()})
+                      "reason": self.rollout.history[-1]["reason"], "gate": res.as_dict(),
+                      "single_network": self.gate.accepted})
         else:
             self.c["promote_refused"] += 1
             self.log({"t_s": t_s, "step": self.last_step, "event": "promote_refused", "by": by,
@@ -519,7 +522,7 @@ class SafetyCore:
             "fallback": {"active": self.gate.active, "reason": self.gate.reason,
                          "mahalanobis": _f(self.gate.last_mahalanobis),
                          "disagreement": _f(self.gate.last_disagreement),
-                         "checks": self.gate.checks()},
+                         "checks": self.gate.checks(), "single_network": self.gate.accepted},
             "policy_silent": self.silent, "policy": self.policy_state(),
             "bad_signals": list(self.bad_signals), "applied_overrides": list(self.overridden),
             "alarms": list(self.alarms[-10:]), "alarm_count": self.c["alarms"],

@@ -237,6 +237,7 @@ class ConfidenceGate:
         }
         self.mean: np.ndarray | None = None
         self.precision: np.ndarray | None = None
+        self.accepted: dict | None = None  # the operator's acceptance of the current version as a single network
         self.active = False
         self.reason = ""
         self._since = -math.inf  # sim time the fallback was entered
@@ -261,6 +262,29 @@ class ConfidenceGate:
         ridge = 1e-9 * max(float(np.trace(cov)) / max(cov.shape[0], 1), 1e-300)
         self.mean = np.asarray(mean, dtype=np.float64)
         self.precision = np.linalg.inv(cov + ridge * np.eye(cov.shape[0]))
+
+    def use_version(self, version: str | None) -> dict | None:
+        """The policy version now proposing: whether [safety.confidence] accepts it as a single
+        network (returns the acceptance, or None)."""
+        self.accepted = self.sec.acceptance(version)
+        return self.accepted
+
+    def member_scores(self, a: np.ndarray, members: np.ndarray | None) -> tuple[float | None, float | None, dict]:
+        """(disagreement, inconsistency, why) of a proposal. NaN: cannot be computed (fewer than
+        2 members, or none: fail closed, `why` says so); None: not applicable, which only an
+        operator's acceptance of the current version as a single network makes so (and only
+        for a proposal with fewer than 2 members: members sent are always checked)."""
+        n_m = 0 if members is None else members.shape[0]
+        if n_m < 2 and self.accepted is not None:
+            return None, None, {}
+        dis = self.disagreement(members)
+        inc = self.inconsistency(a, members)
+        why = {}
+        if math.isnan(dis) or math.isnan(inc):
+            why["disagreement"] = f"{n_m} member(s), at least 2 needed (a single network: import it with --heads K, " \
+                                  "or an operator accepts it in [safety.confidence] single_network)"
+            why["consistency"] = "the proposal carries no members" if n_m == 0 else why["disagreement"]
+        return dis, inc, why
 
     def mahalanobis(self, x: np.ndarray | None) -> float:
         """Distance of the features from the training data; NaN when it cannot be computed (no

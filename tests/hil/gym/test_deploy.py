@@ -38,7 +38,7 @@ def test_train_save_load_and_shadow_run_in_hil(tmp_path):
     assert np.isfinite(ev["policy_return"]) and np.isfinite(ev["baseline_return"])
     # what `hil policy` loads
     pol = load_version(PolicyStore(out), "v1")
-    assert pol.actions == ["base_flow", "agitation_power"] and len(pol.features) == 6
+    assert pol.actions == ["agitation_power", "base_flow"] and len(pol.features) == 6  # the scenario file's order
     from hil.cli import main as cli
 
     res = CliRunner().invoke(cli, ["policy", "show", str(out), "v1"])
@@ -61,15 +61,17 @@ def test_train_save_load_and_shadow_run_in_hil(tmp_path):
         u = df.loc[k, [f"app.{n}" for n in spec.names("inputs")]].to_numpy(float)
         feats.append(fmap.build(y, u))
     dec = [json.loads(line) for line in open(tmp_path / "shadow" / "decisions.jsonl")]
+    log_names = next(r["actions"] for r in dec if r.get("event") == "start")  # the log's order, mapped by name
+    to_log = [pol.actions.index(n) for n in log_names]
     dec = [r for r in dec if r.get("event") == "decision" and r.get("proposal") is not None]
     checked = 0
     for r in dec:
         k = r["step"]
         if not np.isfinite(feats[k]).all():
             continue
-        np.testing.assert_allclose(r["proposal"], pol.act(feats[k]), rtol=1e-12, atol=0)
+        np.testing.assert_allclose(r["proposal"], pol.act(feats[k])[to_log], rtol=1e-12, atol=0)
         if k + 1 < len(df):
-            cmd = df.loc[k + 1, [f"cmd.{n}" for n in pol.actions]].to_numpy(float)
+            cmd = df.loc[k + 1, [f"cmd.{n}" for n in log_names]].to_numpy(float)
             np.testing.assert_array_equal(cmd, r["action"])
             checked += 1
     assert checked >= 15
