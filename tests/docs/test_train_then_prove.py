@@ -41,6 +41,7 @@ def test_the_recipe_runs_as_written(tmp_path):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
+    from hil.bus_config import declared_bus_input_names
     from hil.config import load_scenario
     from hil.policy.features import FeatureMap
     from hil.policy.loader import load_version
@@ -62,6 +63,9 @@ def test_the_recipe_runs_as_written(tmp_path):
     df = read_recording(work / "runs" / "shadow" / "rec")
     fmap = FeatureMap(spec, pol.features)
     span = np.array([spec.quantity("inputs", n).high - spec.quantity("inputs", n).low for n in pol.actions])
+    # the env's action order is the scenario's declared one; the decision log's is the policy's
+    env_order = declared_bus_input_names(load_scenario(cfg), spec)
+    to_policy = [env_order.index(n) for n in pol.actions]
     recs = [json.loads(line) for line in open(work / "runs" / "shadow" / "decisions.jsonl")]
     dec = [r for r in recs if r.get("event") == "decision"]
     assert dec and {r["mode"] for r in dec} == {"shadow"}
@@ -76,7 +80,8 @@ def test_the_recipe_runs_as_written(tmp_path):
         if not np.isfinite(f).all():
             continue
         want, _ = model.predict(venv.normalize_obs(f[None, :]), deterministic=True)
-        assert np.max(np.abs(np.asarray(d["proposal"]) - want[0]) / span) < 1e-5, (k, d["proposal"], want)
+        want = want[0][to_policy]
+        assert np.max(np.abs(np.asarray(d["proposal"]) - want) / span) < 1e-5, (k, d["proposal"], want)
         checked += 1
     assert checked >= 100  # of the 120 steps of the 2 min shadow run
 
