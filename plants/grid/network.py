@@ -9,8 +9,9 @@ state (:attr:`GridModel.state`, a dict of arrays: everything a snapshot needs) a
 2. islands and bus roles from the closed branches (``topology.py``), per-island governor/AGC
    state inherited by root; Ybus values refilled from branch status and taps (fixed pattern);
 3. generator dispatch (schedule + governor/AGC share), Newton-Raphson from the last solution;
-   on failure: retry from a flat start, then island by island; an island that still fails is
-   latched as blacked out (voltage collapse), never NaN;
+   on failure (``recovery.py``): a flat start, then a distributed slack (governor participation,
+   ``distributed_slack.py``), then island by island with load continuation; an island that still
+   fails is latched as blacked out ("collapse after continuation"), never NaN;
 4. branch flows and loading; protection (soft/hard overflow, temperature); if lines tripped,
    back to 2 in the same step (cascade, at most ``max_cascade_rounds`` rounds);
 5. island frequency (swing + governor + AGC), under/over-frequency blackout beyond
@@ -30,8 +31,11 @@ from plants.grid.dynamics import branch_flows, protection, thermal_step
 from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_injections, dispatch,
                                     electrical_generation, island_aggregates, q_limit_switch, share_residual,
                                     slack_generation, split_bus_q)
+from plants.grid.distributed_slack import DistributedSlackWorkspace
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
 from plants.grid.params import GridParams
+from plants.grid.recovery import (PF_COLLAPSED, PF_CONVERGED, PF_DISTRIBUTED, PF_RECOVERED,  # noqa: F401
+                                   PF_STATUS_NAMES, recover)
 from plants.grid.step_kernels import (apply_commands, dead_count, effective_scales, inherit_island_state,
                                       island_frequency, prepare_voltages, publish, shed_load_mw, sync_changed,
                                       zero_dead)
@@ -43,12 +47,6 @@ from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, f
 # plant contract's MAX_SUBSTEP for the grid is infinite; the quasi-static model itself (no
 # electromechanical or electromagnetic transients) is meant for steps of ~10 ms and longer.
 MAX_SUBSTEP_S = math.inf
-
-# The step's power-flow outcome (out["pf_status"], worst over the step's solves):
-PF_CONVERGED = 0   # every solve converged from the warm start
-PF_RECOVERED = 1   # a solve failed from the warm start and converged from a flat start / island by island
-PF_COLLAPSED = 2   # an island's solve failed every way and was latched dead (voltage collapse)
-PF_STATUS_NAMES = {PF_CONVERGED: "converged", PF_RECOVERED: "recovered", PF_COLLAPSED: "collapsed"}
 
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
               "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")
@@ -63,6 +61,7 @@ class GridModel:
         n, ng, nl = case.n_bus, case.n_gen, case.n_branch
         self.pattern = build_pattern(n, case.f_bus, case.t_bus)
         self.ws = NewtonWorkspace.for_pattern(self.pattern.indptr, self.pattern.indices)
+        self.dsw = DistributedSlackWorkspace(n, ng)
         self.ydata = np.zeros(self.pattern.nnz, dtype=np.complex128)
         self.y4 = np.zeros((nl, 4), dtype=np.complex128)
         self.ysh = bus_shunts_pu(case)
@@ -145,7 +144,9 @@ class GridModel:
             "served_load_mw": np.zeros(1), "unserved_load_mw": np.zeros(1), "tripped_this_step": np.zeros(1, dtype=np.int64),
             "cascade_rounds": np.zeros(1, dtype=np.int64), "pf_iterations": np.zeros(1, dtype=np.int64),
             "collapsed_this_step": np.zeros(1, dtype=np.int64),
-            # the solver's own state (see PF_* below): worst outcome this step, last solve's max |F|
+            # islands solved with a distributed slack this step (recovery.py), of which with continuation
+            "distributed_this_step": np.zeros(1, dtype=np.int64), "continuation_this_step": np.zeros(1, dtype=np.int64),
+            # the solver's own state (PF_* of recovery.py): worst outcome this step, last solve's max |F|
             "pf_status": np.zeros(1, dtype=np.int64), "pf_mismatch_pu": np.zeros(1),
             "shed_load_mw": np.zeros(1), "served_fraction": np.ones(1), "dead_buses": np.zeros(1, dtype=np.int64),
         }
@@ -294,41 +295,8 @@ class GridModel:
         return status, iters
 
     def _recover(self) -> int:
-        """Newton failed: flat start; then island by island, latching the failing ones dead.
-
-        The failure path (rare) may allocate; it ends in a consistent state, bounded: each pass
-        either converges or latches at least one island dead (so at most one pass per island)."""
-        st, p = self.state, self.p
-        vm, va = st["vm"], st["va"]
-        self._prepare_voltages(flat=True)
-        status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, 2 * p.max_iter)
-        iters = int(self.ws.stats[0])
-        self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
-        if status == CONVERGED:
-            return iters
-        self._prepare_voltages(flat=True)
-        island = st["island"]
-        collapsed = 0
-        for r in np.flatnonzero(self._slack_of_root >= 0):
-            members = island == r
-            self._one_va[:] = self._free_va & members
-            self._one_vm[:] = self._free_vm & members
-            status = self.ws.solve(self.ydata, self.sbus, vm, va, self._one_va, self._one_vm, p.tol_pu, 2 * p.max_iter)
-            iters += int(self.ws.stats[0])
-            if status != CONVERGED:
-                st["bus_dead"][members] = 1
-                collapsed += 1
-                vm[members] = self._vm0[members]
-                va[members] = self._va0[members]
-        if collapsed == 0:
-            self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
-            # Every island converged on its own (islands are decoupled, so this is the joint solution);
-            # ws.V / ws.I were recomputed over all buses in the last solve.
-            return iters
-        self.out["collapsed_this_step"][0] += collapsed
-        self.out["pf_status"][0] = PF_COLLAPSED
-        self._topology()
-        return iters + self._solve()
+        """Newton failed: flat start, distributed slack, per island with continuation (``recovery.py``)."""
+        return recover(self)
 
     def _injections(self) -> None:
         st, c, role = self.state, self.case, self.out["role"]
@@ -352,6 +320,8 @@ class GridModel:
         changed = apply_commands(self.cmd_open, self.cmd_close, br, cd)
         self._effective_scales(st["t_s"][0] + dt_s)
         o["collapsed_this_step"][0] = 0
+        o["distributed_this_step"][0] = 0
+        o["continuation_this_step"][0] = 0
         o["pf_status"][0] = PF_CONVERGED
         self._q_limited[:] = 0
         self._topology(inherit=changed)
