@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from plants.grid.case import REF, Case
+from plants.grid.controls import agc_setpoints, combined_shed, ufls_relays
 from plants.grid.dynamics import branch_flows, protection, thermal_step
 from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_injections, dispatch,
                                     electrical_generation, island_aggregates, q_limit_switch, share_residual,
@@ -49,7 +50,7 @@ from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, f
 MAX_SUBSTEP_S = math.inf
 
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
-              "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")
+              "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw", "agc_i_mw", "ufls_timer_s", "ufls_active")
 
 
 class GridModel:
@@ -74,6 +75,9 @@ class GridModel:
         self.tau_thermal_s = np.full(nl, 600.0)
         # Inputs.
         self.gen_p_set_mw = case.pg_mw.copy()
+        self.p_set_eff_mw = case.pg_mw.copy()    # what the dispatch uses: gen_p_set_mw moved by the AGC
+        self.agc = None                          # controls.Agc / controls.Ufls: see configure_controls
+        self.ufls = None
         self.gen_v_set_pu = case.vg_pu.copy()
         self.gen_scale = np.ones(ng)             # multiplier of each unit's P setpoint (x profile)
         self.load_scale = np.ones(n)             # multiplier of each bus load (x profile)
@@ -90,6 +94,8 @@ class GridModel:
             "bus_dead": np.zeros(n, dtype=np.int8), "dw": np.zeros(n), "dpm": np.zeros(n), "pagc": np.zeros(n),
             "island": np.arange(n, dtype=np.int64), "gen_on": case.gen_status.astype(np.int8).copy(),
             "p_share_mw": np.zeros(ng),
+            # in-plant AGC integral per listed unit (MW), UFLS relay timers (s) and trips (controls.py)
+            "agc_i_mw": np.zeros(0), "ufls_timer_s": np.zeros(0), "ufls_active": np.zeros(0, dtype=np.int8),
         }
         vm = self.state["vm"]
         on = case.gen_status > 0
@@ -122,6 +128,8 @@ class GridModel:
         self._gen_eff = np.ones(ng)
         self._prof_load = np.ones(n)
         self._prof_gen = np.ones(ng)
+        self._shed_eff = np.zeros(n)
+        self._ufls_bus = np.zeros(n)
         self._topology_version = 0
         self._last_br = np.full(nl, -1, dtype=np.int8)
         self._last_slack = np.full(n, -2, dtype=np.int64)
@@ -148,11 +156,34 @@ class GridModel:
             "distributed_this_step": np.zeros(1, dtype=np.int64), "continuation_this_step": np.zeros(1, dtype=np.int64),
             # the solver's own state (PF_* of recovery.py): worst outcome this step, last solve's max |F|
             "pf_status": np.zeros(1, dtype=np.int64), "pf_mismatch_pu": np.zeros(1),
+            "agc_mw": np.zeros(1), "ufls_tripped": np.zeros(1, dtype=np.int64),
             "shed_load_mw": np.zeros(1), "served_fraction": np.ones(1), "dead_buses": np.zeros(1, dtype=np.int64),
         }
         self._topology()
         self._old_island[:] = self.state["island"]
         self.balance()
+
+    def configure_controls(self, agc=None, ufls=None) -> None:
+        """Attach the in-plant AGC / UFLS (``controls.Agc`` / ``controls.Ufls`` or None); their states
+        start at rest (integrals 0, relays reset) and become part of get/set state."""
+        self.agc, self.ufls = agc, ufls
+        st = self.state
+        st["agc_i_mw"] = np.zeros(len(agc.units) if agc is not None else 0)
+        st["ufls_timer_s"] = np.zeros(len(ufls.bus) if ufls is not None else 0)
+        st["ufls_active"] = np.zeros(len(ufls.bus) if ufls is not None else 0, dtype=np.int8)
+
+    def _setpoints(self, dt_s: float, advance: bool) -> None:
+        """p_set_eff_mw from the inputs and the AGC (integrating over dt_s when ``advance``)."""
+        a, st, o = self.agc, self.state, self.out
+        if a is None:
+            self.p_set_eff_mw[:] = self.gen_p_set_mw
+            o["agc_mw"][0] = 0.0
+            return
+        agc_setpoints(a.units, a.kp, a.ki, a.setpoint_hz, a.out_min_mw, a.out_max_mw, self.case.gen_bus,
+                      st["gen_on"], o["role"], st["island"], st["dw"], self.p.f0_hz, self.gen_p_set_mw,
+                      st["agc_i_mw"], float(dt_s), advance, self.p_set_eff_mw)
+        d = self.p_set_eff_mw[a.units] - self.gen_p_set_mw[a.units]
+        o["agc_mw"][0] = float(d[np.isfinite(d)].sum())
 
     def balance(self) -> None:
         """Solve the flow and set each slack generator's schedule to its output (equilibrium at f0).
@@ -161,6 +192,7 @@ class GridModel:
         (frequency f0, governors at zero), not with a spurious imbalance."""
         st, c, o = self.state, self.case, self.out
         self._effective_scales(float(st["t_s"][0]))
+        self._setpoints(0.0, False)
         rounds, self.p.max_share_rounds = self.p.max_share_rounds, 0
         st["p_share_mw"][:] = 0.0
         try:
@@ -173,6 +205,7 @@ class GridModel:
                          c.base_mva, o["p_gen_mw"])
         at_slack = (o["role"][c.gen_bus] == SLACK) & (st["gen_on"] > 0)
         self.gen_p_set_mw[at_slack] = o["p_gen_mw"][at_slack]
+        self.p_set_eff_mw[at_slack] = o["p_gen_mw"][at_slack]
         self._publish()
 
     # ---- state -------------------------------------------------------------------------------------
@@ -231,13 +264,20 @@ class GridModel:
         fill_ybus(self.ydata, self.pattern.pos, self.pattern.diag, self.y4, self.ysh)
 
     def _effective_scales(self, t_s: float) -> None:
-        """Load and unit multipliers for the instant t_s: inputs x profile x (1 - shed)."""
+        """Load and unit multipliers for the instant t_s: inputs x profile x (1 - shed); shed = max(load.shed,
+        tripped UFLS stages)."""
+        if self.ufls is not None:
+            u = self.ufls
+            self.out["ufls_tripped"][0] = combined_shed(self.load_shed, u.bus, u.shed, self.state["ufls_active"],
+                                                        self._ufls_bus, self._shed_eff)
+        else:
+            self._shed_eff[:] = self.load_shed
         if self.profile is not None:
             self.profile.at(t_s, self._prof_load, self._prof_gen)
-            effective_scales(self.load_scale, self._prof_load, self.load_shed, self.gen_scale, self._prof_gen,
+            effective_scales(self.load_scale, self._prof_load, self._shed_eff, self.gen_scale, self._prof_gen,
                              self._load_eff, self._gen_eff)
         else:
-            effective_scales(self.load_scale, self._ones_n, self.load_shed, self.gen_scale, self._ones_g,
+            effective_scales(self.load_scale, self._ones_n, self._shed_eff, self.gen_scale, self._ones_g,
                              self._load_eff, self._gen_eff)
 
     def _prepare_voltages(self, flat: bool = False) -> None:
@@ -248,7 +288,7 @@ class GridModel:
     def _solve(self) -> int:
         """Power flow of every live island; collapsing islands are latched dead. Returns iterations."""
         st, c, p, role = self.state, self.case, self.p, self.out["role"]
-        island_aggregates(st["island"], role, c.pd_mw, self._load_eff, c.gen_bus, st["gen_on"], self.gen_p_set_mw,
+        island_aggregates(st["island"], role, c.pd_mw, self._load_eff, c.gen_bus, st["gen_on"], self.p_set_eff_mw,
                           self._gen_eff, self.h_s, c.mbase_mva, self.droop_pu, c.pmin_mw, c.pmax_mw,
                           c.base_mva, self._m, self._kgov, self._p_sched, self._p_load)
         self._injections()
@@ -300,7 +340,7 @@ class GridModel:
 
     def _injections(self) -> None:
         st, c, role = self.state, self.case, self.out["role"]
-        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self._gen_eff, c.mbase_mva,
+        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.p_set_eff_mw, self._gen_eff, c.mbase_mva,
                  self.droop_pu, c.pmin_mw, c.pmax_mw, self._kgov, st["dpm"], st["pagc"], c.base_mva,
                  st["p_share_mw"], self.out["p_gen_mw"])
         bus_injections(role, c.pd_mw, c.qd_mvar, self._load_eff, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
@@ -325,6 +365,7 @@ class GridModel:
         o["pf_status"][0] = PF_CONVERGED
         self._q_limited[:] = 0
         self._topology(inherit=changed)
+        self._setpoints(dt_s, True)
         iters = 0
         tripped = 0
         rounds = 0
@@ -343,6 +384,10 @@ class GridModel:
         o["tripped_this_step"][0] = tripped
         o["cascade_rounds"][0] = rounds
         self._frequency(dt_s)
+        if self.ufls is not None:
+            u = self.ufls
+            ufls_relays(u.bus, u.below_hz, u.reset_hz, u.pickup_s, u.latch, o["role"], st["island"], st["dw"],
+                        p.f0_hz, st["ufls_timer_s"], st["ufls_active"], dt_s)
         thermal_step(o["loading"], st["temp_c"], p.t_amb_c, self.dtemp_rated_k, self.tau_thermal_s, dt_s)
         st["t_s"][0] += dt_s
         self._publish()
@@ -372,7 +417,7 @@ class GridModel:
         o["served_load_mw"][0] = self._served[0]
         o["unserved_load_mw"][0] = self._served[1]
         shed = shed_load_mw(c.pd_mw, self.load_scale, self._prof_load if self.profile is not None else self._ones_n,
-                            self.load_shed)
+                            self._shed_eff)
         o["shed_load_mw"][0] = shed
         demand = self._served[0] + self._served[1] + shed
         o["served_fraction"][0] = self._served[0] / demand if demand > 0 else 1.0

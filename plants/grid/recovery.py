@@ -157,10 +157,11 @@ def solve_distributed(model, flat: bool = True) -> tuple[int, int]:
     st, c = model.state, model.case
     model._topology(inherit=False)
     model._effective_scales(float(st["t_s"][0]))
+    model._setpoints(0.0, False)
     from plants.grid.injections import island_aggregates
     from plants.grid.topology import flags_from_roles
     island_aggregates(st["island"], model.out["role"], c.pd_mw, model._load_eff, c.gen_bus, st["gen_on"],
-                      model.gen_p_set_mw, model._gen_eff, model.h_s, c.mbase_mva, model.droop_pu, c.pmin_mw,
+                      model.p_set_eff_mw, model._gen_eff, model.h_s, c.mbase_mva, model.droop_pu, c.pmin_mw,
                       c.pmax_mw, c.base_mva, model._m, model._kgov, model._p_sched, model._p_load)
     model._injections()
     model._prepare_voltages(flat=flat)
