@@ -82,6 +82,8 @@ OPTIONS = {
     "on_unserved_load": "'warn' (default) or 'fail' (exit code 6) when grid.unserved_mw exceeds unserved_load_mw",
     "unserved_load_mw": "unserved load (MW, dead buses) that raises the unserved-load alarm (default 0: any)",
     "on_collapse": "'warn' (default) or 'fail' (exit code 7) when an island is latched dead: collapse after continuation",
+    "on_distributed_slack": "'warn' (default) or 'fail' (exit code 8) when a power flow converged only with a "
+                            "distributed slack (the single-slack solve failed: a large disturbance)",
     "agc": "in-plant AGC: { units = [30], kp = MW/Hz, ki = MW/(Hz s), setpoint = Hz, out_min / out_max = MW } (controls.py)",
     "ufls": "in-plant UFLS: { stages = [{ below = Hz, pickup_s = s, buses = [..], shed = fraction, reset, latch }] }",
 }
@@ -89,6 +91,7 @@ OPTIONS = {
 EXIT_BLACKOUT = 5
 EXIT_UNSERVED_LOAD = 6
 EXIT_COLLAPSE = 7
+EXIT_DISTRIBUTED_SLACK = 8
 FILE_OPTIONS = ("case", "ratings_csv")
 
 # Fault hooks through plant inputs (for the campaign fault library): name -> (input group, value, help).
@@ -585,6 +588,10 @@ def _watches(options: dict) -> tuple:
         OutputWatch("voltage_collapse", "grid.collapsed", 0.5, _action(options, "on_collapse"), EXIT_COLLAPSE,
                     "{value} island(s) latched dead: collapse after continuation (the power flow failed from "
                     "warm and flat starts, with single and distributed slack and with load continuation)"),
+        OutputWatch("distributed_slack", "grid.pf_distributed", 0.5, _action(options, "on_distributed_slack"),
+                    EXIT_DISTRIBUTED_SLACK,
+                    "{value} island(s) converged with distributed slack (governor participation) where the "
+                    "single-slack power flow failed"),
     )
 
 

@@ -146,3 +146,37 @@ def test_no_solution_is_still_a_collapse_after_continuation():
     assert o["pf_status"][0] == PF_COLLAPSED and o["collapsed_this_step"][0] == 1
     assert PF_STATUS_NAMES[PF_COLLAPSED] == "collapse after continuation"
     assert o["n_islands"][0] == 0 and np.isfinite(o["vm_pu"]).all()
+
+
+def test_the_run_summary_says_distributed_slack_then_collapse_after_continuation(tmp_path):
+    """The grid118 line-139 run in lockstep (the scenario's ratings): the step 15 cascade converges
+    only with distributed slack, a later one has no solution; the summary carries both alarms, in
+    that order, each saying which."""
+    from hil.config import load_scenario
+    from hil.runtime import Runtime
+    p = tmp_path / "grid118_l139.toml"
+    p.write_text(f"""
+[scenario]
+name = "grid118_l139"
+[plant]
+model = "grid"
+case = "{GRIDS / 'case118.m'}"
+ratings = "base_flow"
+rating_margin = 1.25
+rating_floor_mva = 100.0
+[loop]
+step_s = 1.0
+duration_s = 20.0
+[inputs."line_139.open_cmd"]
+driver = "fixed"
+value = 1.0
+[recording]
+path = "{tmp_path / 'runs' / '{scenario}-{timestamp}'}"
+""")
+    with Runtime(load_scenario(p), lockstep=True) as rt:
+        s = rt.run()
+    kinds = [a["kind"] for a in s.alarms]
+    assert "distributed_slack" in kinds and "voltage_collapse" in kinds, s.alarms
+    assert kinds.index("distributed_slack") < kinds.index("voltage_collapse")
+    assert any("converged with distributed slack" in w for w in s.warnings), s.warnings
+    assert any("collapse after continuation" in w for w in s.warnings), s.warnings
