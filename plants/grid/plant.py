@@ -25,7 +25,10 @@ Signals (element ids are the case's: bus numbers, 1-based generator and branch r
   (from end), `line.i_pu`, `line.loading` (%, |I| / rating), `line.temperature` (deg C),
   `line.closed` (0/1), scalars `grid.frequency` (Hz, load-weighted over energized buses, 0 in
   a blackout), `grid.islands`, `grid.blackout`, `grid.served_mw`, `grid.unserved_mw`,
-  `grid.tripped` (lines tripped by protection in the last step), `grid.max_loading` (%).
+  `grid.tripped` (lines tripped by protection in the last step), `grid.max_loading` (%), the
+  solver's state `grid.pf_status` (0 converged, 1 recovered, 2 distributed slack, 3 collapse after
+  continuation), `grid.pf_distributed`, `grid.pf_continuation`, `grid.collapsed`, and the in-plant
+  controls' `grid.agc_mw`, `grid.ufls_tripped` (options `agc`, `ufls`: plants/grid/controls.py).
 - state: x = conductor temperatures and per-bus island frequency / governor / AGC states
   (indexed by island root); z = bus voltages (Vm pu, Va rad: the Newton warm start) and the
   units' inertial shares (MW); d = breaker status, overflow counters, reclose cooldowns, dead
