@@ -63,6 +63,7 @@ import dataclasses
 import importlib
 import json
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -254,7 +255,8 @@ def load_plant(name: str, options: Mapping[str, Any] | None = None) -> PlantMode
             raise
         except (ValueError, OSError) as exc:
             opt, _, reason = str(exc).partition(": ")
-            if opt in module.OPTIONS and reason:
+            # an option's own key path counts as the option: "agc.kp", "ufls.stages[1].below"
+            if re.split(r"[.\[]", opt)[0] in module.OPTIONS and reason:
                 raise PlantOptionError(opt, reason) from None
             raise PlantOptionError(None, f"plant {name!r} could not be built: {exc}") from None
         except Exception as exc:  # a model file the reader did not expect: named, never a traceback

@@ -46,7 +46,15 @@ import numpy as np
 
 KINDS = ("states", "inputs", "outputs", "params", "algebraic", "discrete")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NAMES = re.compile(rf"{_NAME.pattern}(\n{_NAME.pattern})*")
 _ELEMENT = re.compile(r"(?P<group>.+)\[(?P<pos>-?\d+)\]")
+
+
+def _all_names(names: Sequence[str]) -> bool:
+    """Every entry is_name (one regex pass over the joined names; a newline cannot be in a name)."""
+    if not all(isinstance(nm, str) for nm in names):
+        return False
+    return _NAMES.fullmatch("\n".join(names)) is not None
 
 
 def is_name(name: str) -> bool:
@@ -328,8 +336,19 @@ class SpecBuilder:
         lo = _per_element(low, n, "low", group)
         hi = _per_element(high, n, "high", group)
         start = len(self._items[kind])
-        for i, name in enumerate(names):
-            self._items[kind].append(Quantity(name, unit, float(nom[i]), float(lo[i]), float(hi[i]), description))
+        # Quantity's checks for the whole array at once (a 2869-bus grid has ~10^5 elements: one
+        # dataclass __post_init__ and regex each was most of its start-up), then unchecked construction
+        if not _all_names(names):
+            Quantity(next(nm for nm in names if not is_name(nm)), unit, 0.0, 0.0, 0.0)  # raises the usual error
+        bad = np.flatnonzero(~((lo <= hi) & (lo <= nom) & (nom <= hi)))
+        if bad.size:
+            i = int(bad[0])
+            Quantity(names[i], unit, float(nom[i]), float(lo[i]), float(hi[i]), description)  # raises
+        items = self._items[kind]
+        for name, v, a, b in zip(names, nom.tolist(), lo.tolist(), hi.tolist()):
+            q = object.__new__(Quantity)
+            q.__dict__.update(name=name, unit=unit, nominal=v, low=a, high=b, description=description)
+            items.append(q)
         g = Group(kind, group, start, n, unit, description)
         self._groups.append(g)
         return g

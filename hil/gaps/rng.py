@@ -103,5 +103,14 @@ def stream_seed(seed: int, episode: int, stream: int) -> int:
 def seed_streams(state: np.ndarray, seed: int, episode: int, base: int) -> None:
     """Fill `state` (uint64, any shape) in place with streams base, base+1, ... for the episode."""
     flat = state.reshape(-1)
-    for k in range(flat.size):
-        flat[k] = np.uint64(stream_seed(seed, episode, base + k))
+    # stream_seed for every k at once: the first two links of the chain do not depend on the
+    # stream; the last one in uint64 arithmetic (wraps mod 2^64, as the & _MASK above). A
+    # 2869-bus grid seeds ~2e5 streams: one Python hash chain each took seconds at start-up.
+    z = _mix64((int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK)
+    z = _mix64((z + (int(episode) + 1) * 0xD1B54A32D192ED03) & _MASK)
+    k = np.arange(int(base) + 1, int(base) + 1 + flat.size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        w = np.uint64(z) + k * np.uint64(0x8CB92BA72F3D8DD7)
+        w = (w ^ (w >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        w = (w ^ (w >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        flat[:] = w ^ (w >> np.uint64(31))

@@ -9,8 +9,9 @@ state (:attr:`GridModel.state`, a dict of arrays: everything a snapshot needs) a
 2. islands and bus roles from the closed branches (``topology.py``), per-island governor/AGC
    state inherited by root; Ybus values refilled from branch status and taps (fixed pattern);
 3. generator dispatch (schedule + governor/AGC share), Newton-Raphson from the last solution;
-   on failure: retry from a flat start, then island by island; an island that still fails is
-   latched as blacked out (voltage collapse), never NaN;
+   on failure (``recovery.py``): a flat start, then a distributed slack (governor participation,
+   ``distributed_slack.py``), then island by island with load continuation; an island that still
+   fails is latched as blacked out ("collapse after continuation"), never NaN;
 4. branch flows and loading; protection (soft/hard overflow, temperature); if lines tripped,
    back to 2 in the same step (cascade, at most ``max_cascade_rounds`` rounds);
 5. island frequency (swing + governor + AGC), under/over-frequency blackout beyond
@@ -26,12 +27,16 @@ import math
 import numpy as np
 
 from plants.grid.case import REF, Case
+from plants.grid.controls import agc_setpoints, combined_shed, ufls_relays
 from plants.grid.dynamics import branch_flows, protection, thermal_step
 from plants.grid.injections import (apply_q_limits, bus_generation_q, bus_injections, dispatch,
                                     electrical_generation, island_aggregates, q_limit_switch, share_residual,
                                     slack_generation, split_bus_q)
+from plants.grid.distributed_slack import DistributedSlackWorkspace
 from plants.grid.newton import CONVERGED, NewtonWorkspace, _injections
 from plants.grid.params import GridParams
+from plants.grid.recovery import (PF_COLLAPSED, PF_CONVERGED, PF_DISTRIBUTED, PF_RECOVERED,  # noqa: F401
+                                   PF_STATUS_NAMES, recover)
 from plants.grid.step_kernels import (apply_commands, dead_count, effective_scales, inherit_island_state,
                                       island_frequency, prepare_voltages, publish, shed_load_mw, sync_changed,
                                       zero_dead)
@@ -44,14 +49,8 @@ from plants.grid.ybus import branch_admittances, build_pattern, bus_shunts_pu, f
 # electromechanical or electromagnetic transients) is meant for steps of ~10 ms and longer.
 MAX_SUBSTEP_S = math.inf
 
-# The step's power-flow outcome (out["pf_status"], worst over the step's solves):
-PF_CONVERGED = 0   # every solve converged from the warm start
-PF_RECOVERED = 1   # a solve failed from the warm start and converged from a flat start / island by island
-PF_COLLAPSED = 2   # an island's solve failed every way and was latched dead (voltage collapse)
-PF_STATUS_NAMES = {PF_CONVERGED: "converged", PF_RECOVERED: "recovered", PF_COLLAPSED: "collapsed"}
-
 STATE_KEYS = ("t_s", "vm", "va", "br_status", "overflow_steps", "cooldown", "temp_c", "bus_dead",
-              "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw")
+              "dw", "dpm", "pagc", "island", "gen_on", "p_share_mw", "agc_i_mw", "ufls_timer_s", "ufls_active")
 
 
 class GridModel:
@@ -63,6 +62,7 @@ class GridModel:
         n, ng, nl = case.n_bus, case.n_gen, case.n_branch
         self.pattern = build_pattern(n, case.f_bus, case.t_bus)
         self.ws = NewtonWorkspace.for_pattern(self.pattern.indptr, self.pattern.indices)
+        self.dsw = DistributedSlackWorkspace(n, ng)
         self.ydata = np.zeros(self.pattern.nnz, dtype=np.complex128)
         self.y4 = np.zeros((nl, 4), dtype=np.complex128)
         self.ysh = bus_shunts_pu(case)
@@ -75,6 +75,9 @@ class GridModel:
         self.tau_thermal_s = np.full(nl, 600.0)
         # Inputs.
         self.gen_p_set_mw = case.pg_mw.copy()
+        self.p_set_eff_mw = case.pg_mw.copy()    # what the dispatch uses: gen_p_set_mw moved by the AGC
+        self.agc = None                          # controls.Agc / controls.Ufls: see configure_controls
+        self.ufls = None
         self.gen_v_set_pu = case.vg_pu.copy()
         self.gen_scale = np.ones(ng)             # multiplier of each unit's P setpoint (x profile)
         self.load_scale = np.ones(n)             # multiplier of each bus load (x profile)
@@ -91,6 +94,8 @@ class GridModel:
             "bus_dead": np.zeros(n, dtype=np.int8), "dw": np.zeros(n), "dpm": np.zeros(n), "pagc": np.zeros(n),
             "island": np.arange(n, dtype=np.int64), "gen_on": case.gen_status.astype(np.int8).copy(),
             "p_share_mw": np.zeros(ng),
+            # in-plant AGC integral per listed unit (MW), UFLS relay timers (s) and trips (controls.py)
+            "agc_i_mw": np.zeros(0), "ufls_timer_s": np.zeros(0), "ufls_active": np.zeros(0, dtype=np.int8),
         }
         vm = self.state["vm"]
         on = case.gen_status > 0
@@ -123,6 +128,8 @@ class GridModel:
         self._gen_eff = np.ones(ng)
         self._prof_load = np.ones(n)
         self._prof_gen = np.ones(ng)
+        self._shed_eff = np.zeros(n)
+        self._ufls_bus = np.zeros(n)
         self._topology_version = 0
         self._last_br = np.full(nl, -1, dtype=np.int8)
         self._last_slack = np.full(n, -2, dtype=np.int64)
@@ -145,13 +152,38 @@ class GridModel:
             "served_load_mw": np.zeros(1), "unserved_load_mw": np.zeros(1), "tripped_this_step": np.zeros(1, dtype=np.int64),
             "cascade_rounds": np.zeros(1, dtype=np.int64), "pf_iterations": np.zeros(1, dtype=np.int64),
             "collapsed_this_step": np.zeros(1, dtype=np.int64),
-            # the solver's own state (see PF_* below): worst outcome this step, last solve's max |F|
+            # islands solved with a distributed slack this step (recovery.py), of which with continuation
+            "distributed_this_step": np.zeros(1, dtype=np.int64), "continuation_this_step": np.zeros(1, dtype=np.int64),
+            # the solver's own state (PF_* of recovery.py): worst outcome this step, last solve's max |F|
             "pf_status": np.zeros(1, dtype=np.int64), "pf_mismatch_pu": np.zeros(1),
+            "agc_mw": np.zeros(1), "ufls_tripped": np.zeros(1, dtype=np.int64),
             "shed_load_mw": np.zeros(1), "served_fraction": np.ones(1), "dead_buses": np.zeros(1, dtype=np.int64),
         }
         self._topology()
         self._old_island[:] = self.state["island"]
         self.balance()
+
+    def configure_controls(self, agc=None, ufls=None) -> None:
+        """Attach the in-plant AGC / UFLS (``controls.Agc`` / ``controls.Ufls`` or None); their states
+        start at rest (integrals 0, relays reset) and become part of get/set state."""
+        self.agc, self.ufls = agc, ufls
+        st = self.state
+        st["agc_i_mw"] = np.zeros(len(agc.units) if agc is not None else 0)
+        st["ufls_timer_s"] = np.zeros(len(ufls.bus) if ufls is not None else 0)
+        st["ufls_active"] = np.zeros(len(ufls.bus) if ufls is not None else 0, dtype=np.int8)
+
+    def _setpoints(self, dt_s: float, advance: bool) -> None:
+        """p_set_eff_mw from the inputs and the AGC (integrating over dt_s when ``advance``)."""
+        a, st, o = self.agc, self.state, self.out
+        if a is None:
+            self.p_set_eff_mw[:] = self.gen_p_set_mw
+            o["agc_mw"][0] = 0.0
+            return
+        agc_setpoints(a.units, a.kp, a.ki, a.setpoint_hz, a.out_min_mw, a.out_max_mw, self.case.gen_bus,
+                      st["gen_on"], o["role"], st["island"], st["dw"], self.p.f0_hz, self.gen_p_set_mw,
+                      st["agc_i_mw"], float(dt_s), advance, self.p_set_eff_mw)
+        d = self.p_set_eff_mw[a.units] - self.gen_p_set_mw[a.units]
+        o["agc_mw"][0] = float(d[np.isfinite(d)].sum())
 
     def balance(self) -> None:
         """Solve the flow and set each slack generator's schedule to its output (equilibrium at f0).
@@ -160,6 +192,7 @@ class GridModel:
         (frequency f0, governors at zero), not with a spurious imbalance."""
         st, c, o = self.state, self.case, self.out
         self._effective_scales(float(st["t_s"][0]))
+        self._setpoints(0.0, False)
         rounds, self.p.max_share_rounds = self.p.max_share_rounds, 0
         st["p_share_mw"][:] = 0.0
         try:
@@ -172,6 +205,7 @@ class GridModel:
                          c.base_mva, o["p_gen_mw"])
         at_slack = (o["role"][c.gen_bus] == SLACK) & (st["gen_on"] > 0)
         self.gen_p_set_mw[at_slack] = o["p_gen_mw"][at_slack]
+        self.p_set_eff_mw[at_slack] = o["p_gen_mw"][at_slack]
         self._publish()
 
     # ---- state -------------------------------------------------------------------------------------
@@ -230,13 +264,20 @@ class GridModel:
         fill_ybus(self.ydata, self.pattern.pos, self.pattern.diag, self.y4, self.ysh)
 
     def _effective_scales(self, t_s: float) -> None:
-        """Load and unit multipliers for the instant t_s: inputs x profile x (1 - shed)."""
+        """Load and unit multipliers for the instant t_s: inputs x profile x (1 - shed); shed = max(load.shed,
+        tripped UFLS stages)."""
+        if self.ufls is not None:
+            u = self.ufls
+            self.out["ufls_tripped"][0] = combined_shed(self.load_shed, u.bus, u.shed, self.state["ufls_active"],
+                                                        self._ufls_bus, self._shed_eff)
+        else:
+            self._shed_eff[:] = self.load_shed
         if self.profile is not None:
             self.profile.at(t_s, self._prof_load, self._prof_gen)
-            effective_scales(self.load_scale, self._prof_load, self.load_shed, self.gen_scale, self._prof_gen,
+            effective_scales(self.load_scale, self._prof_load, self._shed_eff, self.gen_scale, self._prof_gen,
                              self._load_eff, self._gen_eff)
         else:
-            effective_scales(self.load_scale, self._ones_n, self.load_shed, self.gen_scale, self._ones_g,
+            effective_scales(self.load_scale, self._ones_n, self._shed_eff, self.gen_scale, self._ones_g,
                              self._load_eff, self._gen_eff)
 
     def _prepare_voltages(self, flat: bool = False) -> None:
@@ -247,7 +288,7 @@ class GridModel:
     def _solve(self) -> int:
         """Power flow of every live island; collapsing islands are latched dead. Returns iterations."""
         st, c, p, role = self.state, self.case, self.p, self.out["role"]
-        island_aggregates(st["island"], role, c.pd_mw, self._load_eff, c.gen_bus, st["gen_on"], self.gen_p_set_mw,
+        island_aggregates(st["island"], role, c.pd_mw, self._load_eff, c.gen_bus, st["gen_on"], self.p_set_eff_mw,
                           self._gen_eff, self.h_s, c.mbase_mva, self.droop_pu, c.pmin_mw, c.pmax_mw,
                           c.base_mva, self._m, self._kgov, self._p_sched, self._p_load)
         self._injections()
@@ -294,45 +335,12 @@ class GridModel:
         return status, iters
 
     def _recover(self) -> int:
-        """Newton failed: flat start; then island by island, latching the failing ones dead.
-
-        The failure path (rare) may allocate; it ends in a consistent state, bounded: each pass
-        either converges or latches at least one island dead (so at most one pass per island)."""
-        st, p = self.state, self.p
-        vm, va = st["vm"], st["va"]
-        self._prepare_voltages(flat=True)
-        status = self.ws.solve(self.ydata, self.sbus, vm, va, self._free_va, self._free_vm, p.tol_pu, 2 * p.max_iter)
-        iters = int(self.ws.stats[0])
-        self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
-        if status == CONVERGED:
-            return iters
-        self._prepare_voltages(flat=True)
-        island = st["island"]
-        collapsed = 0
-        for r in np.flatnonzero(self._slack_of_root >= 0):
-            members = island == r
-            self._one_va[:] = self._free_va & members
-            self._one_vm[:] = self._free_vm & members
-            status = self.ws.solve(self.ydata, self.sbus, vm, va, self._one_va, self._one_vm, p.tol_pu, 2 * p.max_iter)
-            iters += int(self.ws.stats[0])
-            if status != CONVERGED:
-                st["bus_dead"][members] = 1
-                collapsed += 1
-                vm[members] = self._vm0[members]
-                va[members] = self._va0[members]
-        if collapsed == 0:
-            self.out["pf_mismatch_pu"][0] = self.ws.stats[1]
-            # Every island converged on its own (islands are decoupled, so this is the joint solution);
-            # ws.V / ws.I were recomputed over all buses in the last solve.
-            return iters
-        self.out["collapsed_this_step"][0] += collapsed
-        self.out["pf_status"][0] = PF_COLLAPSED
-        self._topology()
-        return iters + self._solve()
+        """Newton failed: flat start, distributed slack, per island with continuation (``recovery.py``)."""
+        return recover(self)
 
     def _injections(self) -> None:
         st, c, role = self.state, self.case, self.out["role"]
-        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.gen_p_set_mw, self._gen_eff, c.mbase_mva,
+        dispatch(st["island"], role, c.gen_bus, st["gen_on"], self.p_set_eff_mw, self._gen_eff, c.mbase_mva,
                  self.droop_pu, c.pmin_mw, c.pmax_mw, self._kgov, st["dpm"], st["pagc"], c.base_mva,
                  st["p_share_mw"], self.out["p_gen_mw"])
         bus_injections(role, c.pd_mw, c.qd_mvar, self._load_eff, c.gen_bus, st["gen_on"], self.out["p_gen_mw"],
@@ -352,9 +360,12 @@ class GridModel:
         changed = apply_commands(self.cmd_open, self.cmd_close, br, cd)
         self._effective_scales(st["t_s"][0] + dt_s)
         o["collapsed_this_step"][0] = 0
+        o["distributed_this_step"][0] = 0
+        o["continuation_this_step"][0] = 0
         o["pf_status"][0] = PF_CONVERGED
         self._q_limited[:] = 0
         self._topology(inherit=changed)
+        self._setpoints(dt_s, True)
         iters = 0
         tripped = 0
         rounds = 0
@@ -373,6 +384,10 @@ class GridModel:
         o["tripped_this_step"][0] = tripped
         o["cascade_rounds"][0] = rounds
         self._frequency(dt_s)
+        if self.ufls is not None:
+            u = self.ufls
+            ufls_relays(u.bus, u.below_hz, u.reset_hz, u.pickup_s, u.latch, o["role"], st["island"], st["dw"],
+                        p.f0_hz, st["ufls_timer_s"], st["ufls_active"], dt_s)
         thermal_step(o["loading"], st["temp_c"], p.t_amb_c, self.dtemp_rated_k, self.tau_thermal_s, dt_s)
         st["t_s"][0] += dt_s
         self._publish()
@@ -402,7 +417,7 @@ class GridModel:
         o["served_load_mw"][0] = self._served[0]
         o["unserved_load_mw"][0] = self._served[1]
         shed = shed_load_mw(c.pd_mw, self.load_scale, self._prof_load if self.profile is not None else self._ones_n,
-                            self.load_shed)
+                            self._shed_eff)
         o["shed_load_mw"][0] = shed
         demand = self._served[0] + self._served[1] + shed
         o["served_fraction"][0] = self._served[0] / demand if demand > 0 else 1.0

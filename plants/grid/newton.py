@@ -174,13 +174,20 @@ class NewtonWorkspace:
                 neighbours[j].add(i)  # symmetrize (Ybus of a phase shifter is not symmetric in value, is in pattern)
         order, filled = minimum_degree_order(n, neighbours)
         lu, rank = block_structure(n, filled, order, 2)
+        # Jacobian entry (bus i, bus j, block (a, b)) -> its position in L+U, for every Ybus entry at
+        # once: L+U's (row, col) keys row * N + col ascend (rows in order, columns ascending per row),
+        # so one searchsorted finds them all (the per-entry LUStructure.position, vectorized)
+        N = 2 * n
+        lu_keys = np.repeat(np.arange(N, dtype=np.int64), np.diff(lu.indptr)) * N + lu.indices
+        ri = 2 * rank[np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))]
+        rj = 2 * rank[indices]
         jpos = np.empty((len(indices), 4), dtype=np.int64)
-        for i in range(n):
-            for k in range(indptr[i], indptr[i + 1]):
-                j = int(indices[k])
-                ri, rj = 2 * rank[i], 2 * rank[j]
-                jpos[k] = (lu.position(ri, rj), lu.position(ri, rj + 1),
-                           lu.position(ri + 1, rj), lu.position(ri + 1, rj + 1))
+        for c, (da, db) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+            want = (ri + da) * N + (rj + db)
+            k = np.minimum(np.searchsorted(lu_keys, want), len(lu_keys) - 1)
+            if not np.array_equal(lu_keys[k], want):
+                raise KeyError("Jacobian entry outside the symbolic LU pattern")
+            jpos[:, c] = k
         return cls(indptr, indices, rank, jpos, lu.indptr, lu.indices, lu.diag,
                    np.zeros(lu.nnz), np.zeros(2 * n), np.zeros(2 * n),
                    np.zeros(n, dtype=np.complex128), np.zeros(n, dtype=np.complex128), np.zeros(2))

@@ -30,6 +30,7 @@ class GridParams:
     max_share_rounds: int = 8
     enforce_q_limits: bool = False    # PV -> PQ at a unit's Qmax/Qmin (MATPOWER ENFORCE_Q_LIMS)
     max_q_rounds: int = 10
+    continuation_steps: int = 5       # recovery: load continuation in this many steps (and bisections)
     blackout_served_fraction: float = 0.5  # grid.blackout = 1 below this served share of the demand
 
     def __post_init__(self):
@@ -42,7 +43,7 @@ class GridParams:
                      "max_q_rounds"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 0")
-        for name in ("max_iter", "max_cascade_rounds"):
+        for name in ("max_iter", "max_cascade_rounds", "continuation_steps"):
             if not getattr(self, name) >= 1:
                 raise ValueError(f"grid.{name}: {getattr(self, name)!r} must be >= 1")
         if not 0.0 <= self.blackout_served_fraction <= 1.0:

@@ -28,7 +28,10 @@ Signals (element ids are the case's: bus numbers, 1-based generator and branch r
   (from end), `line.i_pu`, `line.loading` (%, |I| / rating), `line.temperature` (deg C),
   `line.closed` (0/1), scalars `grid.frequency` (Hz, load-weighted over energized buses, 0 in
   a blackout), `grid.islands`, `grid.blackout`, `grid.served_mw`, `grid.unserved_mw`,
-  `grid.tripped` (lines tripped by protection in the last step), `grid.max_loading` (%).
+  `grid.tripped` (lines tripped by protection in the last step), `grid.max_loading` (%), the
+  solver's state `grid.pf_status` (0 converged, 1 recovered, 2 distributed slack, 3 collapse after
+  continuation), `grid.pf_distributed`, `grid.pf_continuation`, `grid.collapsed`, and the in-plant
+  controls' `grid.agc_mw`, `grid.ufls_tripped` (options `agc`, `ufls`: plants/grid/controls.py).
 - state: x = conductor temperatures and per-bus island frequency / governor / AGC states
   (indexed by island root); z = bus voltages (Vm pu, Va rad: the Newton warm start) and the
   units' inertial shares (MW); d = breaker status, overflow counters, reclose cooldowns, dead
@@ -65,6 +68,7 @@ from plants.base import OutputWatch, PlantModel
 from plants.panels import Panel
 from plants.grid.case import Case
 from plants.grid.case_files import read_case
+from plants.grid.controls import Agc, Ufls
 from plants.grid.injections import (bus_generation_q, electrical_generation, island_aggregates,
                                     slack_generation, split_bus_q)
 from plants.grid.network import MAX_SUBSTEP_S, GridModel
@@ -84,12 +88,17 @@ OPTIONS = {
     "on_blackout": "'warn' (alarm + warning, default) or 'fail' (the run stops, exit code 5) on grid.blackout",
     "on_unserved_load": "'warn' (default) or 'fail' (exit code 6) when grid.unserved_mw exceeds unserved_load_mw",
     "unserved_load_mw": "unserved load (MW, dead buses) that raises the unserved-load alarm (default 0: any)",
-    "on_collapse": "'warn' (default) or 'fail' (exit code 7) when an island is latched dead by voltage collapse",
+    "on_collapse": "'warn' (default) or 'fail' (exit code 7) when an island is latched dead: collapse after continuation",
+    "on_distributed_slack": "'warn' (default) or 'fail' (exit code 8) when a power flow converged only with a "
+                            "distributed slack (the single-slack solve failed: a large disturbance)",
+    "agc": "in-plant AGC: { units = [30], kp = MW/Hz, ki = MW/(Hz s), setpoint = Hz, out_min / out_max = MW } (controls.py)",
+    "ufls": "in-plant UFLS: { stages = [{ below = Hz, pickup_s = s, buses = [..], shed = fraction, reset, latch }] }",
 }
 # Exit codes of `hil run` for the grid's watches (after hil/health.py's 0..4).
 EXIT_BLACKOUT = 5
 EXIT_UNSERVED_LOAD = 6
 EXIT_COLLAPSE = 7
+EXIT_DISTRIBUTED_SLACK = 8
 FILE_OPTIONS = ("case", "ratings_csv")
 
 # Fault hooks through plant inputs (for the campaign fault library): name -> (input group, value, help).
@@ -226,6 +235,9 @@ class GridKernels:
         st["cooldown"][:] = d[L["d.cool"]]
         st["bus_dead"][:] = d[L["d.dead"]]
         st["island"][:] = d[L["d.island"]]
+        st["agc_i_mw"][:] = x[L["x.agc"]]
+        st["ufls_timer_s"][:] = x[L["x.ufls_timer"]]
+        st["ufls_active"][:] = d[L["d.ufls"]]
 
     def _save(self, x, z, d) -> None:
         st, L = self.model.state, self.lay
@@ -241,6 +253,9 @@ class GridKernels:
         d[L["d.cool"]] = st["cooldown"]
         d[L["d.dead"]] = st["bus_dead"]
         d[L["d.island"]] = st["island"]
+        x[L["x.agc"]] = st["agc_i_mw"]
+        x[L["x.ufls_timer"]] = st["ufls_timer_s"]
+        d[L["d.ufls"]] = st["ufls_active"]
         d[L["d.gen_on"]] = st["gen_on"]
         d[L["d.tripped"]] = self.model.out["tripped_this_step"][0]
 
@@ -268,7 +283,8 @@ class GridKernels:
         self._key = None
         self._load(0.0, x, z, d, u, p)
         m._effective_scales(0.0)
-        island_aggregates(st["island"], o["role"], c.pd_mw, m._load_eff, c.gen_bus, st["gen_on"], m.gen_p_set_mw,
+        m._setpoints(0.0, False)
+        island_aggregates(st["island"], o["role"], c.pd_mw, m._load_eff, c.gen_bus, st["gen_on"], m.p_set_eff_mw,
                           m._gen_eff, m.h_s, c.mbase_mva, m.droop_pu, c.pmin_mw, c.pmax_mw, c.base_mva, m._m,
                           m._kgov, m._p_sched, m._p_load)
         m._q_limited[:] = 0
@@ -322,6 +338,10 @@ class GridKernels:
         y[s + 11] = o["served_fraction"][0]
         y[s + 12] = o["dead_buses"][0]
         y[s + 13] = o["collapsed_this_step"][0]
+        y[s + 14] = o["distributed_this_step"][0]
+        y[s + 15] = o["continuation_this_step"][0]
+        y[s + 16] = o["agc_mw"][0]
+        y[s + 17] = o["ufls_tripped"][0]
 
 
 def _ratio_bounds(values: np.ndarray) -> tuple[float, float]:
@@ -363,10 +383,13 @@ def build(options: dict) -> PlantModel:
     _option_float(options, "limit_margin", 0.95)
     watches = _watches(options)
     params = GridParams(blackout_served_fraction=_option_fraction(options, "blackout_served_fraction", 0.5))
+    agc = Agc(options["agc"], case, params.f0_hz) if options.get("agc") is not None else None
+    ufls = Ufls(options["ufls"], case, params.f0_hz) if options.get("ufls") is not None else None
     n, ng, nl = case.n_bus, case.n_gen, case.n_branch
     # The one GridModel of this plant (ordering and symbolic LU are its costly part): its balanced
     # state gives the base-case flows for the ratings and the nominal values, then it steps.
     base = GridModel(case, params)
+    base.configure_controls(agc, ufls)
     ratings = line_ratings(case, options, base)
     case.rate_a_mva = ratings.copy()
     base._flows()  # loading against the ratings just set
@@ -394,6 +417,17 @@ def build(options: dict) -> PlantModel:
     arr("states", "x.pagc", "bus.pagc", "bus", bus_ids, "pagc", unit="pu", nominal=0.0, low=-big, high=big,
         description="island AGC output, system base")
     # algebraic
+    if agc is not None:
+        arr("states", "x.agc", "gen.agc_integral", "agc", [int(g) + 1 for g in agc.units], "integral", unit="MW",
+            nominal=0.0, low=-1e5, high=1e5, description="in-plant AGC integral of the unit")
+    else:
+        lay["x.agc"] = slice(0, 0)
+    if ufls is not None:
+        relay_ids = [f"s{int(k) + 1}_bus{int(case.bus_id[i])}" for k, i in zip(ufls.stage, ufls.bus)]
+        arr("states", "x.ufls_timer", "ufls.timer", "ufls", relay_ids, "timer", unit="s", nominal=0.0, low=0.0,
+            high=1e9, description="UFLS relay pickup timer")
+    else:
+        lay["x.ufls_timer"] = slice(0, 0)
     arr("algebraic", "z.vm", "bus.vm_state", "bus", bus_ids, "vm_state", unit="pu", nominal=st["vm"], low=0.0,
         high=3.0, description="bus voltage magnitude (Newton warm start)")
     arr("algebraic", "z.va", "bus.va_state", "bus", bus_ids, "va_state", unit="rad", nominal=st["va"],
@@ -413,6 +447,11 @@ def build(options: dict) -> PlantModel:
         nominal=st["island"], low=0, high=n - 1, description="island label (root bus index)")
     arr("discrete", "d.gen_on", "gen.status", "gen", gen_ids, "status", unit="1", nominal=st["gen_on"], low=0,
         high=1, description="unit in service")
+    if ufls is not None:
+        arr("discrete", "d.ufls", "ufls.tripped", "ufls", relay_ids, "tripped", unit="1", nominal=0, low=0, high=1,
+            description="UFLS relay tripped (its stage sheds the bus load)")
+    else:
+        lay["d.ufls"] = slice(0, 0)
     i = b.scalar("discrete", Quantity("grid.tripped_last", "1", 0.0, 0.0, 1e6, "lines tripped in the last step"))
     lay["d.tripped"] = slice(i, i + 1)
     # inputs
@@ -469,7 +508,7 @@ def build(options: dict) -> PlantModel:
         nominal=o["temp_c"], low=-60.0, high=400.0, description="conductor temperature")
     arr("outputs", "y.closed", "line.closed", "line", line_ids, "closed", unit="1", nominal=o["br_status"],
         low=0.0, high=1.0, description="breaker status (1 closed)")
-    lay["y.scalars"] = slice(b.start("outputs"), b.start("outputs") + 14)
+    lay["y.scalars"] = slice(b.start("outputs"), b.start("outputs") + 18)
     for name, unit, nom, lo, hi, desc in (
             ("grid.frequency", "Hz", f0, 0.0, 2 * f0, "load-weighted frequency of the energized buses"),
             ("grid.islands", "1", float(o["n_islands"][0]), 0.0, float(n), "energized islands"),
@@ -479,14 +518,22 @@ def build(options: dict) -> PlantModel:
             ("grid.unserved_mw", "MW", 0.0, 0.0, 1e6, "load not served (dead buses)"),
             ("grid.tripped", "1", 0.0, 0.0, 1e6, "lines tripped by protection in the last step"),
             ("grid.max_loading", "%", 100.0 * float(o["loading"].max()), 0.0, 1000.0, "highest line loading"),
-            ("grid.pf_status", "1", 0.0, 0.0, 2.0,
-             "power flow this step: 0 converged, 1 recovered (flat start / per island), 2 island(s) collapsed"),
+            ("grid.pf_status", "1", 0.0, 0.0, 3.0,
+             "power flow this step: 0 converged, 1 recovered (flat start), 2 converged with distributed slack, "
+             "3 collapse after continuation (island(s) latched dead)"),
             ("grid.pf_iterations", "1", 0.0, 0.0, 1e6, "Newton iterations this step (all solves)"),
             ("grid.pf_mismatch_pu", "pu", 0.0, 0.0, 1e6, "largest power mismatch left by the last solve"),
             ("grid.shed_mw", "MW", 0.0, 0.0, 1e6, "load shed on purpose (load.shed)"),
             ("grid.served_fraction", "1", 1.0, 0.0, 1.0, "served / (served + unserved + shed)"),
             ("grid.dead_buses", "1", 0.0, 0.0, float(n), "buses without voltage"),
-            ("grid.collapsed", "1", 0.0, 0.0, float(n), "islands latched dead by voltage collapse this step")):
+            ("grid.collapsed", "1", 0.0, 0.0, float(n),
+             "islands latched dead this step: collapse after distributed slack and load continuation"),
+            ("grid.pf_distributed", "1", 0.0, 0.0, float(n),
+             "islands solved with a distributed slack this step (single slack failed)"),
+            ("grid.pf_continuation", "1", 0.0, 0.0, float(n),
+             "of those, islands that needed load continuation"),
+            ("grid.agc_mw", "MW", 0.0, -1e6, 1e6, "in-plant AGC: setpoint change of its units (0 without [plant] agc)"),
+            ("grid.ufls_tripped", "1", 0.0, 0.0, 1e6, "in-plant UFLS relays tripped (stage x bus)")):
         b.scalar("outputs", Quantity(name, unit, nom, lo, hi, desc))
     # params
     arr("params", "p.rating", "line.rating", "line", line_ids, "rating", unit="MVA", nominal=ratings,
@@ -557,8 +604,12 @@ def _watches(options: dict) -> tuple:
         OutputWatch("unserved_load", "grid.unserved_mw", unserved, _action(options, "on_unserved_load"),
                     EXIT_UNSERVED_LOAD, "unserved load {value} MW (dead buses) above " f"{unserved:g} MW"),
         OutputWatch("voltage_collapse", "grid.collapsed", 0.5, _action(options, "on_collapse"), EXIT_COLLAPSE,
-                    "{value} island(s) latched dead: the power flow failed from warm and flat starts "
-                    "(voltage collapse)"),
+                    "{value} island(s) latched dead: collapse after continuation (the power flow failed from "
+                    "warm and flat starts, with single and distributed slack and with load continuation)"),
+        OutputWatch("distributed_slack", "grid.pf_distributed", 0.5, _action(options, "on_distributed_slack"),
+                    EXIT_DISTRIBUTED_SLACK,
+                    "{value} island(s) converged with distributed slack (governor participation) where the "
+                    "single-slack power flow failed"),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from hil.gaps.arena import Arena
@@ -64,3 +65,11 @@ def test_arena_views_share_the_buffer():
     assert -1.0 in B and 99 in B.view(np.int64)
     H = B.view(np.int64)
     assert H[:4].tolist() == [12, 2, 3, 1]  # slot 0: offset after the 3-slot header, shape
+
+
+@pytest.mark.parametrize("seed, episode, base", [(0, 0, 0), (12345678901234, 7, 99), (2**63 + 5, 2**40, 2**33)])
+def test_seed_streams_vectorized_equals_the_scalar_hash_chain(seed, episode, base):
+    s = np.zeros((7, 43), dtype=np.uint64)
+    seed_streams(s, seed, episode, base)
+    ref = np.array([stream_seed(seed, episode, base + k) for k in range(s.size)], dtype=np.uint64).reshape(s.shape)
+    assert np.array_equal(s, ref)
