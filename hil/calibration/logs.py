@@ -233,6 +233,7 @@ class RunLog:
     extras: dict[str, np.ndarray]
     source: str = ""
     refs: dict[str, np.ndarray] = field(default_factory=dict)  # output -> independent reference (NaN: none)
+    t_origin_s: float = 0.0  # time of sample 0 since the logged run's start, s (non-zero for a slice)
 
     @property
     def duration_s(self) -> float:
@@ -246,7 +247,7 @@ class RunLog:
         t = self.t_s[k0:k1] - self.t_s[k0]
         return RunLog(name or f"{self.name}[{k0}:{k1}]", t, self.U[k0:k1], self.Y[k0:k1],
                       self.X_presc[k0:k1], {k: v[k0:k1] for k, v in self.extras.items()}, self.source,
-                      {k: v[k0:k1] for k, v in self.refs.items()})
+                      {k: v[k0:k1] for k, v in self.refs.items()}, self.t_origin_s + float(self.t_s[k0]))
 
 
 def _read_table(path: Path):

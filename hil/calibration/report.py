@@ -60,6 +60,15 @@ def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: 
         "plant": {"parameters": {n: float(v) for n, v in zip(pooled.params, pooled.values)}},
         "gaps": {"sensors": sensors, "randomize": {"plant": spread}},
     }
+    offsets = {}
+    for n, b in pooled.biases.items():
+        offsets.setdefault(n, {}).update(bias=b, bias_ci95=pooled.sensor_ci95.get(f"bias.{n}"))
+    for n, d in pooled.drifts.items():
+        offsets.setdefault(n, {}).update(drift_per_h=d, drift_per_h_ci95=pooled.sensor_ci95.get(f"drift.{n}"))
+    if offsets:  # fitted with the parameters (--bias / --drift), plant units; not a sensor gap
+        doc["sysid"]["sensor_offsets_fitted"] = offsets
+    if pooled.ref_cv:
+        doc["sysid"]["reference_relative_error"] = dict(pooled.ref_cv)
     if pooled.init_states:
         doc["sysid"]["initial_states"] = {
             r: {s: float(v) for s, v in zip(pooled.init_states, vals)}
@@ -123,9 +132,16 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None, warnings
         echo(f"{n:14s} {pooled.values[i]:12.5g} [{pooled.ci95[i][0]:12.5g}, {pooled.ci95[i][1]:12.5g}]   {pr}")
     if profile:
         a, b = profile["ci95"]
-        echo(f"profile likelihood check, {profile['parameter']}: 95% [{a:.5g}, {b:.5g}]")
+        echo(f"profile likelihood check, {profile['parameter']}: 95% [{a:.5g}, {b:.5g}]"
+             + (f" ({profile['why']})" if profile.get("why") else ""))
     for n, b in pooled.biases.items():
-        echo(f"sensor bias fitted with the parameters (--bias), {n}: {b:.4g}")
+        lo, hi = pooled.sensor_ci95.get(f"bias.{n}", [math.nan, math.nan])
+        echo(f"sensor bias fitted with the parameters (--bias), {n}: {b:.4g} [{lo:.4g}, {hi:.4g}]")
+    for n, d in pooled.drifts.items():
+        lo, hi = pooled.sensor_ci95.get(f"drift.{n}", [math.nan, math.nan])
+        echo(f"sensor drift fitted with the parameters (--drift), {n}: {d:.4g}/h [{lo:.4g}, {hi:.4g}]")
+    for n, cv in pooled.ref_cv.items():
+        echo(f"reference samples of {n} fitted with the outputs: relative error {cv:.3g}")
     for w in warnings:
         echo(f"warning: {w}")
     for f in findings:
@@ -149,16 +165,19 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None, warnings
                  f"{me['rms']:.3g}): {shape}")
 
 
-def heldout_rmse(problem, p, x0s, runs, sim, bias=None) -> dict[str, float]:
-    """Noise-weighted RMS error per output over `runs` (open-loop from each run's start)."""
+def heldout_rmse(problem, p, x0s, runs, sim, theta=None) -> dict[str, float]:
+    """Noise-weighted RMS error per output over `runs` (open-loop from each run's start), the
+    fitted sensor offsets of `theta` (if given) applied."""
     spec = problem.spec
     out = {}
     sq = {n: [] for n in problem.outputs}
     for run, x0 in zip(runs, x0s):
         Ysim = sim.run(run, p, x0)[0]
+        off = np.zeros((run.t_s.size, len(problem.outputs))) if theta is None else np.broadcast_to(
+            problem.offset_of(theta, run), (run.t_s.size, len(problem.outputs)))
         for n in problem.outputs:
             j = spec.index("outputs", n)
-            b = 0.0 if bias is None else bias[problem.outputs.index(n)]
+            b = off[:, problem.outputs.index(n)]
             d = (Ysim[:, j] + b - run.Y[:, j]) / problem.sigma[j]
             sq[n].append(d[np.isfinite(d)])
     for n, parts in sq.items():

@@ -23,7 +23,6 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     out) noise-weighted RMS error per output without and with the correction."""
     spec = problem.spec
     theta = _theta(problem, pooled)
-    bias = problem.bias_of(theta)
     sims = problem.simulate(theta)
     X = np.concatenate([s[1] for s in sims])
     U = np.concatenate([r.U for r in problem.runs])
@@ -53,7 +52,7 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
         parts = []
         for r, run in enumerate(problem.runs):
             Ysim = sim.run(run, p, x0s[r])[0]
-            parts.append(problem._run_residuals(r, Ysim, bias))
+            parts.append(problem._run_residuals(r, Ysim, problem.offset_of(theta, run)))
         parts.append(np.sqrt(ridge) * w)
         return np.concatenate(parts)
 
@@ -62,8 +61,8 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     runs = heldout if heldout else problem.runs
     x0h = heldout_x0 if heldout else x0s
     base = RunSimulator(problem.module)
-    before = heldout_rmse(problem, p, x0h, runs, base, bias)
-    after = heldout_rmse(problem, p, x0h, runs, sim, bias)
+    before = heldout_rmse(problem, p, x0h, runs, base, theta)
+    after = heldout_rmse(problem, p, x0h, runs, sim, theta)
     report = {"states": list(states), "features": list(features),
               "evaluated_on": "held-out runs" if heldout else "training runs",
               "rmse_without": before, "rmse_with": after,
@@ -72,14 +71,5 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
 
 
 def _theta(problem, pooled):
-    """The problem's theta vector of a fit result (parameters, initial states, biases)."""
-    th = problem.theta_of(pooled.values)
-    ns = len(problem.init_states)
-    if ns:
-        for r in range(len(problem.runs)):
-            off = len(problem.params) + r * ns
-            th[off:off + ns] = (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale
-    nb = len(problem.bias_outputs)
-    for pos, n in enumerate(problem.bias_outputs):
-        th[problem.n_theta - nb + pos] = pooled.biases[n] / problem.sigma[problem.spec.index("outputs", n)]
-    return th
+    """The problem's theta vector of a fit result (parameters, initial states, sensor offsets)."""
+    return problem.theta_from(pooled)

@@ -26,6 +26,9 @@ class BadInput(click.ClickException):
 @click.option("--init", "init_states", default="", help="Comma-separated initial states to fit per run.")
 @click.option("--outputs", default=None, help="Comma-separated outputs to fit (default: every measured one).")
 @click.option("--bias", "bias_outputs", default="", help="Comma-separated outputs whose sensor bias is fitted with the parameters.")
+@click.option("--drift", "drift_outputs", default="",
+              help="Comma-separated outputs whose sensor drift (per hour, from each run's start) is fitted with the "
+                   "parameters; identifiable against reference columns (role = \"reference\").")
 @click.option("--noise-outputs", default=None, help="Outputs whose sensor gaps to fit (default: every measured one).")
 @click.option("--shooting-h", type=float, default=None,
               help="Multiple-shooting segment length, hours of run time (default: single shooting).")
@@ -42,7 +45,7 @@ class BadInput(click.ClickException):
 @click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
 @click.option("--windows", type=int, default=6, show_default=True,
               help="Windows per run for the re-estimation of --params along each run (trend findings); 0: off.")
-def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, noise_outputs, shooting_h,
+def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, drift_outputs, noise_outputs, shooting_h,
             profile_param, residual_states, residual_features, holdout, world_model, horizon, unit, out,
             no_plots, windows) -> None:
     """Fit plant parameters, noise profiles and spread to logs of the real unit."""
@@ -80,7 +83,8 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         problem = sysid.SysIdProblem(module, runs, names, base_params=p0, x0=x0,
                                      init_states=[s for s in init_states.split(",") if s],
                                      outputs=outputs.split(",") if outputs else None,
-                                     bias_outputs=[b for b in bias_outputs.split(",") if b])
+                                     bias_outputs=[b for b in bias_outputs.split(",") if b],
+                                     drift_outputs=[b for b in drift_outputs.split(",") if b])
     except KeyError as exc:
         raise BadInput(str(exc.args[0])) from None
     except (ConfigError, ValueError) as exc:
@@ -93,7 +97,8 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
     findings, warnings = what_the_model_lacks(problem, pooled, per_run, sims, names, windows)
     nouts = noise_outputs.split(",") if noise_outputs else sorted(
         set().union(*[r.measured_outputs(spec) for r in runs]))
-    profiles = noise.fit_noise_profiles(runs, sims, spec, nouts)
+    ref_runs, ref_offsets = noise.reference_offsets(problem, pooled, nouts)
+    profiles = noise.fit_noise_profiles(ref_runs, sims, spec, nouts, ref_offsets)
     residual = None
     try:
         held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
@@ -111,6 +116,7 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         model.save(npz)
         residual["file"] = Path(npz).name
     doc = report.fitted_document(problem, pooled, per_run, spread, profiles, findings, unit=unit,
+                                 sources=[str(Path(f).resolve()) for f in data],
                                  profile=prof, residual=residual, warnings=warnings)
     if world_model:
         from hil.calibration import worldmodel
@@ -152,7 +158,7 @@ def what_the_model_lacks(problem, pooled, per_run, sims, params, windows: int) -
     out += lacks.bound_findings(problem, pooled)
     if len(per_run) > 1:
         out += lacks.spread_findings(pooled, per_run)
-    out += lacks.correlation_findings(problem, sims)
+    out += lacks.correlation_findings(problem, sims, theta=problem.theta_from(pooled))
     if windows > 0:
         unit = {p: problem.spec.quantity("params", p).unit for p in params}
         out += lacks.trend_findings(lacks.windowed_estimates(problem, pooled, params, n_windows=windows),
