@@ -88,4 +88,5 @@ def test_without_the_probe_offsets_the_drift_is_taken_for_growth(tmp_path):
         x0[SPEC.index("states", k)] = v
     res = sysid.SysIdProblem(MODULE, runs, PARAMS, x0=x0, outputs=OUTPUTS).fit()
     assert not covered(res)["mu_x"], res.ci95
-    assert abs(res.rho[SPEC.index("outputs", "biomass")]) > 0.3  # the misfit shows as correlated residuals
+    # the misfit shows as correlated residuals (white residuals of ~1400 samples: |lag-1| ~ 0.03)
+    assert abs(res.rho[SPEC.index("outputs", "biomass")]) > 0.15
