@@ -187,13 +187,17 @@ def _dynamics(ev: Evidence) -> Cell:
     if res:
         imp = res.get("improvement", {})
         big = {k: v for k, v in imp.items() if v > 0.3}
+        raw, unit = res.get("rmse_without_raw"), res.get("unit", {})
         evidence.append(f"residual model on {', '.join(res.get('states', []))}: {res.get('evaluated_on')} "
-                        + ", ".join(f"{k} {res['rmse_without'][k]:.2f}->{res['rmse_with'][k]:.2f}"
+                        + ", ".join(f"{k} {res['rmse_without_raw'][k]:.3g}->{res['rmse_with_raw'][k]:.3g} "
+                                    f"{unit.get(k, '')}".rstrip() if raw else
+                                    f"{k} {res['rmse_without'][k]:.2f}->{res['rmse_with'][k]:.2f}"
                                     for k in res.get("rmse_without", {})))
         if big:
             status = "amber"
-            step = (f"unmodelled effect: a learned correction cuts the error on {', '.join(big)} by "
-                    f"{max(big.values()):.0%}; model the effect, or ship the residual model in the plant step")
+            cut = f"a learned correction cuts the held-out error on {', '.join(big)} by {max(big.values()):.0%}"
+            step = (f"{step}; {cut}" if lacks else
+                    f"unmodelled effect: {cut}; model the effect, or ship the residual model in the plant step")
     wm = s.get("world_model")
     if wm and wm.get("diverging_regions"):
         outs = sorted({r.split(" ")[0] for r in wm["diverging_regions"]})

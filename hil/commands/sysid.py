@@ -141,8 +141,10 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
     report.print_summary(click.echo, pooled, per_run, findings, profiles, prof, warnings=warnings)
     if residual:
         for n in residual["rmse_without"]:
-            click.echo(f"residual model, {residual['evaluated_on']}, {n}: weighted RMS "
-                       f"{residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f}")
+            u = residual["unit"][n]
+            click.echo(f"residual model, {residual['evaluated_on']}, {n}: RMS error "
+                       f"{residual['rmse_without_raw'][n]:.4g} {u} -> {residual['rmse_with_raw'][n]:.4g} {u} "
+                       f"(noise-weighted {residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f})")
     click.echo(f"wrote {out}")
 
 

@@ -26,6 +26,9 @@ from hil.calibration import logs, sysid
 from hil.calibration.reality import TRUE_SHARED, Reality, write_runs
 from plants.base import load_plant_module
 
+# several fits of 24 h runs: minutes on a loaded 2-core machine (the default 300 s is per test)
+pytestmark = pytest.mark.timeout(1200)
+
 MODULE = load_plant_module("bioreactor")
 SPEC = MODULE.SPEC
 PARAMS = ["mu_x", "Y_xs", "kla_alpha", "Y_xo"]
