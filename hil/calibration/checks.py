@@ -114,11 +114,12 @@ def per_run_fits(problem, pooled, **kw) -> list:
                            x0=[problem.x0[r]], init_states=problem.init_states, outputs=problem.outputs,
                            sigma={n: problem.sigma[problem.spec.index("outputs", n)] for n in problem.outputs},
                            correction=None, bias_outputs=problem.bias_outputs, drift_outputs=problem.drift_outputs,
-                           ref_cv=pooled.ref_cv)
+                           ref_cv=pooled.ref_cv, lag_inputs=problem.lag_inputs)
         sub.sim = problem.sim
         th = sub.theta_of(pooled.values)
         full = problem.theta_from(pooled)
-        th[sub.n_theta - sub.n_sensor:] = full[problem.n_theta - problem.n_sensor:]
+        tail = problem.n_sensor + len(problem.lag_inputs)  # lags and sensor offsets, shared by all runs
+        th[sub.n_theta - tail:] = full[problem.n_theta - tail:]
         if problem.init_states:
             ns = len(problem.init_states)
             th[len(problem.params):len(problem.params) + ns] = (

@@ -256,7 +256,7 @@ def unlogged_state_warnings(problem, pooled, threshold_sigma: float = 1.0) -> li
         for r, run in enumerate(problem.runs):
             x0 = problem.x0_of(theta, r).copy()
             x0[i] += exc
-            Ysim = problem.sim.run(run, p, x0)[0]
+            Ysim = problem.sim.run(problem.run_at(theta, r), p, x0)[0]
             d = (Ysim[:, problem.o_idx] - sims[r][0][:, problem.o_idx]) / problem.sigma[problem.o_idx]
             d = d[np.isfinite(d)]
             if d.size:

@@ -65,6 +65,9 @@ def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: 
         offsets.setdefault(n, {}).update(bias=b, bias_ci95=pooled.sensor_ci95.get(f"bias.{n}"))
     for n, d in pooled.drifts.items():
         offsets.setdefault(n, {}).update(drift_per_h=d, drift_per_h_ci95=pooled.sensor_ci95.get(f"drift.{n}"))
+    if pooled.lags:  # actuator lags fitted with the parameters (--fit-lag), s
+        doc["sysid"]["actuator_lags"] = {n: {"lag_s": v, "lag_s_ci95": pooled.lag_ci95.get(n)}
+                                         for n, v in pooled.lags.items()}
     if offsets:  # fitted with the parameters (--bias / --drift), plant units; not a sensor gap
         doc["sysid"]["sensor_offsets_fitted"] = offsets
     if pooled.ref_cv:
@@ -140,6 +143,9 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None, warnings
     for n, d in pooled.drifts.items():
         lo, hi = pooled.sensor_ci95.get(f"drift.{n}", [math.nan, math.nan])
         echo(f"sensor drift fitted with the parameters (--drift), {n}: {d:.4g}/h [{lo:.4g}, {hi:.4g}]")
+    for n, v in pooled.lags.items():
+        lo, hi = pooled.lag_ci95.get(n, [math.nan, math.nan])
+        echo(f"actuator lag fitted with the parameters (--fit-lag), {n}: lag_s = {v:.4g} s [{lo:.4g}, {hi:.4g}]")
     for n, cv in pooled.ref_cv.items():
         echo(f"reference samples of {n} fitted with the outputs: relative error {cv:.3g}")
     for w in warnings:

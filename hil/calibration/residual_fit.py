@@ -55,7 +55,7 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
         model.W[:, cols] = (w * w_scale).reshape(nr, len(cols))
         parts = []
         for r, run in enumerate(problem.runs):
-            Ysim = sim.run(run, p, x0s[r])[0]
+            Ysim = sim.run(problem.run_at(theta, r), p, x0s[r])[0]
             parts.append(problem._run_residuals(r, Ysim, problem.offset_of(theta, run)))
         parts.append(np.sqrt(ridge) * w)
         return np.concatenate(parts)

@@ -105,7 +105,7 @@ def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbo
             k0, k1 = nodes[s], nodes[s + 1]
             x0 = self.x0_of(theta, r) if s == 0 else z[node_base[(r, s)]:node_base[(r, s)] + nx] * xs
             Ysim, Xsim = bufs[r]
-            _, _, x_end, _ = self.sim.run(run, p, x0, k0, k1, Ysim, Xsim)
+            _, _, x_end, _ = self.sim.run(self.run_at(theta, r), p, x0, k0, k1, Ysim, Xsim)
             last = not has_def
             kk = slice(k0, k1 + 1 if last else k1)
             m = self.masks[r][kk]

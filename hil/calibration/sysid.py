@@ -18,6 +18,11 @@ drifting online probe cannot (bias and drift of the probe are then identifiable)
 Parameterization: p_i = base_i * (1 + theta_i) (base_i != 0), bounded by the spec's
 physical bounds; initial states likewise.
 
+Actuator lags (`lag_inputs`): the logged command of each named input passes through a
+first-order lag whose time constant lag_s = LAG_SCALE_S * theta (0 .. a quarter of the
+shortest run, shared by all runs) is fitted with the parameters, with its interval
+(hil/calibration/logs.py lag_filter, the same ZOH filter a known `lag_s` uses).
+
 Multiple shooting (`shooting_s`): each run is cut into segments of that length; the state
 at every segment start is a free variable and the continuity defects are residuals (weight
 `DEFECT_WEIGHT` per state scale), so a wrong early guess cannot make a long run diverge.
@@ -43,6 +48,7 @@ from hil.calibration.simulate import BAD_RESIDUAL, RunSimulator
 from hil.calibration.stats import Z95, _lag1, _robust_sigma_from_diffs, long_run_factor  # noqa: F401
 
 REF_CV0 = 0.05  # initial relative error of reference assays, re-estimated by the fit
+LAG_SCALE_S = 600.0  # theta scale of a fitted actuator lag, s
 
 
 @dataclass
@@ -72,6 +78,8 @@ class FitResult:
     drifts: dict = field(default_factory=dict)   # output -> fitted sensor drift, plant units per hour
     sensor_ci95: dict = field(default_factory=dict)  # "bias.<out>" / "drift.<out>" -> [lo, hi]
     ref_cv: dict = field(default_factory=dict)   # output -> relative error of its reference assays
+    lags: dict = field(default_factory=dict)     # input -> fitted actuator lag time constant, s
+    lag_ci95: dict = field(default_factory=dict)  # input -> [lo, hi], s
 
     def as_dict(self) -> dict:
         return {n: {"value": float(v), "std": float(s), "ci95": [float(a), float(b)]}
@@ -82,7 +90,8 @@ class SysIdProblem:
     """Everything a fit needs: plant module, runs, which parameters and states are free."""
 
     def __init__(self, module, runs, params, *, base_params=None, x0=None, init_states=(),
-                 outputs=None, sigma=None, correction=None, bias_outputs=(), drift_outputs=(), ref_cv=None):
+                 outputs=None, sigma=None, correction=None, bias_outputs=(), drift_outputs=(), ref_cv=None,
+                 lag_inputs=()):
         self.module = module
         self.spec = spec = module.SPEC
         self.runs = list(runs)
@@ -93,6 +102,10 @@ class SysIdProblem:
         self.x0 = [np.array(x0, float) for _ in self.runs] if np.ndim(x0) == 1 else [np.array(a, float) for a in x0]
         self.init_states = list(init_states)
         self.s_idx = np.array([spec.index("states", n) for n in self.init_states], dtype=np.int64)
+        self.lag_inputs = list(lag_inputs)
+        self.l_idx = np.array([spec.index("inputs", n) for n in self.lag_inputs], dtype=np.int64)
+        self.lag_hi = 0.25 * min(r.duration_s for r in self.runs) / LAG_SCALE_S if self.runs else 1.0
+        self._lag_cache = {}
         self.sim = RunSimulator(module, correction)
         measured = set()
         for r in self.runs:
@@ -159,8 +172,39 @@ class SysIdProblem:
 
     @property
     def n_theta(self) -> int:
-        """[parameters | initial states per run | sensor biases | sensor drifts]"""
-        return len(self.params) + len(self.init_states) * len(self.runs) + self.n_sensor
+        """[parameters | initial states per run | actuator lags | sensor biases | sensor drifts]"""
+        return len(self.params) + len(self.init_states) * len(self.runs) + len(self.lag_inputs) + self.n_sensor
+
+    def lags_of(self, theta) -> np.ndarray:
+        """Fitted actuator lag time constants (self.lag_inputs order), s."""
+        nl = len(self.lag_inputs)
+        if not nl:
+            return np.zeros(0)
+        off = self.n_theta - self.n_sensor - nl
+        return np.asarray(theta[off:off + nl], float) * LAG_SCALE_S
+
+    def run_at(self, theta, r: int):
+        """Run r as the plant sees it at theta: the lagged inputs filtered (cached per lag)."""
+        run = self.runs[r]
+        if not self.lag_inputs:
+            return run
+        import dataclasses
+
+        from hil.calibration.logs import lag_filter
+
+        lags = self.lags_of(theta)
+        key = (r, tuple(lags))
+        hit = self._lag_cache.get(key)
+        if hit is None:
+            U = run.U.copy()
+            for j, tau in zip(self.l_idx, lags):
+                if tau > 0:
+                    U[:, j] = lag_filter(run.t_s, run.U[:, j], float(tau))
+            hit = dataclasses.replace(run, U=U)
+            if len(self._lag_cache) > 64:
+                self._lag_cache.clear()
+            self._lag_cache[key] = hit
+        return hit
 
     @property
     def n_groups(self) -> int:
@@ -213,6 +257,8 @@ class SysIdProblem:
         for r in range(len(self.runs)):
             lo += list((self.s_lo - self.x0[r][self.s_idx]) / self.s_scale)
             hi += list((self.s_hi - self.x0[r][self.s_idx]) / self.s_scale)
+        lo += [0.0] * len(self.lag_inputs)
+        hi += [self.lag_hi] * len(self.lag_inputs)
         lo += [-np.inf] * self.n_sensor
         hi += [np.inf] * self.n_sensor
         return np.array(lo), np.array(hi)
@@ -233,6 +279,8 @@ class SysIdProblem:
                 off = len(self.params) + r * ns
                 th[off:off + ns] = (result.init_values[r] - self.x0[r][self.s_idx]) / self.s_scale
         base = self.n_theta - self.n_sensor
+        for pos, n in enumerate(self.lag_inputs):
+            th[base - len(self.lag_inputs) + pos] = result.lags.get(n, 0.0) / LAG_SCALE_S
         for pos, n in enumerate(self.bias_outputs):
             th[base + pos] = result.biases.get(n, 0.0) / self.sigma[self.spec.index("outputs", n)]
         for pos, n in enumerate(self.drift_outputs):
@@ -263,14 +311,14 @@ class SysIdProblem:
         p = self.p_of(theta)
         parts = []
         for r, run in enumerate(self.runs):
-            Ysim, _, _, _ = self.sim.run(run, p, self.x0_of(theta, r))
+            Ysim, _, _, _ = self.sim.run(self.run_at(theta, r), p, self.x0_of(theta, r))
             parts.append(self._run_residuals(r, Ysim, self.offset_of(theta, run)))
         return np.concatenate(parts)
 
     def simulate(self, theta):
         """Per run (Ysim, Xsim) at theta."""
         p = self.p_of(theta)
-        return [self.sim.run(run, p, self.x0_of(theta, r))[:2] for r, run in enumerate(self.runs)]
+        return [self.sim.run(self.run_at(theta, r), p, self.x0_of(theta, r))[:2] for r in range(len(self.runs))]
 
     def output_blocks(self) -> np.ndarray:
         """Residual group (an output's position in self.outputs, or len(outputs) + q for the
@@ -285,11 +333,13 @@ class SysIdProblem:
         return np.concatenate(parts)
 
     def corrected_runs(self, theta) -> list:
-        """The runs with the fitted sensor offsets removed from the measured outputs (copies)."""
+        """The runs as the plant sees them at theta (fitted lags applied) with the fitted sensor
+        offsets removed from the measured outputs (copies)."""
         import dataclasses
 
         out = []
-        for run in self.runs:
+        for r in range(len(self.runs)):
+            run = self.run_at(theta, r)
             Y = run.Y.copy()
             Y[:, self.o_idx] -= self.offset_of(theta, run)
             out.append(dataclasses.replace(run, Y=Y))
@@ -303,6 +353,9 @@ class SysIdProblem:
     def fit(self, theta0=None, *, shooting_s: float | None = None, reweight: bool = True,
             max_nfev: int = 100, shooting_max_nfev: int = 15, verbose: int = 0) -> FitResult:
         theta = self.theta_of() if theta0 is None else np.array(theta0, float)
+        if theta0 is None and self.lag_inputs:  # start fitted lags at LAG_SCALE_S, not on their bound
+            nl = len(self.lag_inputs)
+            theta[self.n_theta - self.n_sensor - nl:self.n_theta - self.n_sensor] = 1.0
         lo, hi = self.bounds()
         theta = np.clip(theta, lo, hi)
         nfev = 0
@@ -396,6 +449,11 @@ class SysIdProblem:
             biases={n: float(b) for n, b in zip(self.outputs, self.bias_of(theta)) if n in self.bias_outputs},
             drifts={n: float(d) for n, d in zip(self.outputs, self.drift_of(theta)) if n in self.drift_outputs},
             sensor_ci95=sensor_ci,
+            lags={n: float(v) for n, v in zip(self.lag_inputs, self.lags_of(theta))},
+            lag_ci95={n: [float(v - Z95 * LAG_SCALE_S * math.sqrt(max(cov_t[c, c], 0.0))),
+                          float(v + Z95 * LAG_SCALE_S * math.sqrt(max(cov_t[c, c], 0.0)))]
+                      for n, v, c in zip(self.lag_inputs, self.lags_of(theta),
+                                         range(base - len(self.lag_inputs), base))},
             ref_cv={n: float(c) for n, c in zip(self.ref_outputs, self.ref_cv)},
         )
 

@@ -29,6 +29,9 @@ class BadInput(click.ClickException):
 @click.option("--drift", "drift_outputs", default="",
               help="Comma-separated outputs whose sensor drift (per hour, from each run's start) is fitted with the "
                    "parameters; identifiable against reference columns (role = \"reference\").")
+@click.option("--fit-lag", "lag_inputs", default="",
+              help="Comma-separated inputs whose actuator lag (first-order time constant, s) is fitted with the "
+                   "parameters, from the logged commands.")
 @click.option("--noise-outputs", default=None, help="Outputs whose sensor gaps to fit (default: every measured one).")
 @click.option("--shooting-h", type=float, default=None,
               help="Multiple-shooting segment length, hours of run time (default: single shooting).")
@@ -45,7 +48,8 @@ class BadInput(click.ClickException):
 @click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
 @click.option("--windows", type=int, default=6, show_default=True,
               help="Windows per run for the re-estimation of --params along each run (trend findings); 0: off.")
-def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, drift_outputs, noise_outputs, shooting_h,
+def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, drift_outputs, lag_inputs,
+            noise_outputs, shooting_h,
             profile_param, residual_states, residual_features, holdout, world_model, horizon, unit, out,
             no_plots, windows) -> None:
     """Fit plant parameters, noise profiles and spread to logs of the real unit."""
@@ -84,7 +88,8 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
                                      init_states=[s for s in init_states.split(",") if s],
                                      outputs=outputs.split(",") if outputs else None,
                                      bias_outputs=[b for b in bias_outputs.split(",") if b],
-                                     drift_outputs=[b for b in drift_outputs.split(",") if b])
+                                     drift_outputs=[b for b in drift_outputs.split(",") if b],
+                                     lag_inputs=[b for b in lag_inputs.split(",") if b])
     except KeyError as exc:
         raise BadInput(str(exc.args[0])) from None
     except (ConfigError, ValueError) as exc:

@@ -154,3 +154,36 @@ def test_interval_coverage_over_replicates():
         for i, n in enumerate(res.params):
             covered[n] += res.ci95[i][0] <= tr.params[n] <= res.ci95[i][1]
     assert all(c >= 17 for c in covered.values()), covered
+
+
+def test_an_unknown_pump_lag_is_fitted_with_an_interval():
+    """--fit-lag: the feed pump's 10 min lag (truth.py) fitted from the logged commands,
+    its 95 % interval covering 600 s, and the parameters back inside theirs."""
+    runs = truth.runs(3)
+    pb = SysIdProblem(truth.MODULE, runs, FIT, x0=truth.x0(), outputs=OUTS, bias_outputs=["glucose"],
+                      lag_inputs=["feed_rate"])
+    res = pb.fit()
+    lo, hi = res.lag_ci95["feed_rate"]
+    assert lo <= truth.TRUTH.lag_tau_s["feed_rate"] <= hi, res.lag_ci95  # measured 564 [477, 651] s
+    assert hi - lo < 300.0
+    for i, n in enumerate(FIT):
+        assert res.ci95[i][0] <= truth.TRUE_PARAMS[n] <= res.ci95[i][1], (n, res.values[i], res.ci95[i])
+
+
+def test_lag_filter_is_the_interval_mean_and_continuous_at_zero():
+    from hil.calibration.logs import lag_filter
+
+    t = np.arange(0.0, 600.0, 60.0)
+    v = np.where(t < 120.0, 0.0, 1.0)
+    assert np.array_equal(lag_filter(t, v, 0.0), v)
+    assert np.allclose(lag_filter(t, v, 1e-9), v, atol=1e-9)
+    # against a fine Euler integration of dz/dt = (v - z) / tau, averaged over each interval
+    tau = 90.0
+    fine = np.arange(0.0, 600.0, 0.01)
+    vf = np.where(fine < 120.0, 0.0, 1.0)
+    z = np.empty_like(fine)
+    z[0] = 0.0
+    for k in range(1, fine.size):
+        z[k] = z[k - 1] + 0.01 * (vf[k - 1] - z[k - 1]) / tau
+    mean = z.reshape(t.size, -1).mean(axis=1)
+    assert np.allclose(lag_filter(t, v, tau), mean, atol=1e-3)  # Euler at 0.01 s: ~1e-4
