@@ -80,10 +80,21 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
                 cm.profile_inputs[name] = [tuple(x) for x in inp.profile]
             elif inp.value is not None:
                 u0[spec.index("inputs", name)] = inp.value
-        runs = logs.read_runs(data, spec, cm, u0)
         names = [p for p in params.split(",") if p]
         for n in names:
             spec.index("params", n)
+        # every name checked before the (minutes-long) fit
+        r_states = [_state_of(module, s, "--residual-states") for s in residual_states.split(",") if s]
+        residual_states = ",".join(r_states)
+        if residual_features:
+            residual_features = ",".join(_feature_of(module, f) for f in residual_features.split(",") if f)
+        for opt, names_, kind in (("--bias", bias_outputs, "outputs"), ("--drift", drift_outputs, "outputs"),
+                                  ("--fit-lag", lag_inputs, "inputs")):
+            for n in (x for x in names_.split(",") if x):
+                if n not in spec.names(kind):
+                    raise BadInput(f"{opt}: {n!r} is not an {kind[:-1]} of {spec.name} "
+                                   f"({kind}: {', '.join(spec.names(kind))})")
+        runs = logs.read_runs(data, spec, cm, u0)
         problem = sysid.SysIdProblem(module, runs, names, base_params=p0, x0=x0,
                                      init_states=[s for s in init_states.split(",") if s],
                                      outputs=outputs.split(",") if outputs else None,
@@ -177,3 +188,45 @@ def _theta(problem, pooled):
     from hil.calibration.residual_fit import _theta as th
 
     return th(problem, pooled)
+
+
+def _state_of(module, name: str, opt: str) -> str:
+    """A state name for `name`: a state itself, or an output that reads exactly one state
+    (dissolved_oxygen -> dissolved_o2); else a BadInput naming the option and the states."""
+    import numpy as np
+
+    spec = module.SPEC
+    if name in spec.names("states"):
+        return name
+    if name in spec.names("outputs"):
+        j = spec.index("outputs", name)
+        x, u, p = spec.nominal("states"), spec.nominal("inputs"), spec.nominal("params")
+        y0, y1 = np.zeros(spec.n_outputs), np.zeros(spec.n_outputs)
+        module.outputs(x, u, p, y0)
+        moved = []
+        for i, q in enumerate(spec.states):
+            x2 = x.copy()
+            x2[i] += 1e-3 * max(abs(x[i]), q.high - q.low)
+            module.outputs(x2, u, p, y1)
+            if abs(y1[j] - y0[j]) > 1e-12 * (abs(y0[j]) + 1e-12):
+                moved.append(q.name)
+        if len(moved) == 1:
+            return moved[0]
+        raise BadInput(f"{opt}: {name!r} is an output of {spec.name} that reads "
+                       f"{'no state' if not moved else 'states ' + ', '.join(moved)}: name a state "
+                       f"({', '.join(spec.names('states'))})")
+    raise BadInput(f"{opt}: {name!r} is not a state of {spec.name} (states: {', '.join(spec.names('states'))})")
+
+
+def _feature_of(module, f: str) -> str:
+    """x.<state> (an output name reading one state accepted) or u.<input>; else BadInput."""
+    spec = module.SPEC
+    kind, _, name = f.partition(".")
+    if kind == "x":
+        return "x." + _state_of(module, name, f"--residual-features {f!r}")
+    if kind == "u" and name in spec.names("inputs"):
+        return f
+    if kind == "u":
+        raise BadInput(f"--residual-features {f!r}: {name!r} is not an input of {spec.name} "
+                       f"(inputs: {', '.join(spec.names('inputs'))})")
+    raise BadInput(f"--residual-features {f!r}: expected x.<state> or u.<input>")
