@@ -145,7 +145,7 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
             "one_step_rmse_sigma": wm_report["one_step_rmse_sigma"],
             "multi_step_rmse_sigma": wm_report.get("multi_step_rmse_sigma", {}),
             "diverging_regions": wm_report["diverging_regions"]}
-        click.echo(worldmodel.region_table(wm_report))
+        wm_table = worldmodel.region_table(wm_report)
         if not no_plots:
             Path(out).with_suffix(".plots").mkdir(parents=True, exist_ok=True)
             f = worldmodel.region_plot(wm_report, Path(out).with_suffix(".plots") / "world_model_regions.png")
@@ -155,6 +155,8 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         doc["sysid"]["residual_plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
     report.write_fitted(out, doc)
     report.print_summary(click.echo, pooled, per_run, findings, profiles, prof, warnings=warnings)
+    if world_model:
+        click.echo(wm_table)
     if residual:
         for n in residual["rmse_without"]:
             u = residual["unit"][n]
