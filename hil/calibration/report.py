@@ -93,8 +93,9 @@ def write_fitted(path: str | Path, doc: dict) -> None:
     Path(path).write_text(tomlw.dumps(doc, comments))
 
 
-def residual_plots(problem, sims, out_dir: str | Path) -> list[str]:
-    """One PNG per fitted output: measured vs simulated per run, and the residual."""
+def residual_plots(problem, sims, out_dir: str | Path, theta=None) -> list[str]:
+    """One PNG per fitted output: measured vs simulated per run, and the residual, one colour
+    per run in both panels; with `theta`, the fitted sensor offsets are removed first."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,12 +108,14 @@ def residual_plots(problem, sims, out_dir: str | Path) -> list[str]:
     for name in problem.outputs:
         j = spec.index("outputs", name)
         fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-        for r, run in enumerate(problem.runs):
+        runs = problem.runs if theta is None else problem.corrected_runs(theta)
+        for r, run in enumerate(runs):
             t_h = run.t_s / 3600.0
             ys = sims[r][0][:, j]
-            a1.plot(t_h, run.Y[:, j], ".", ms=2, alpha=0.5, label=f"{run.name} measured")
-            a1.plot(t_h, ys, "-", lw=1, label=f"{run.name} model")
-            a2.plot(t_h, run.Y[:, j] - ys, ".", ms=2, label=run.name)
+            c = f"C{r % 10}"
+            a1.plot(t_h, run.Y[:, j], ".", ms=2, alpha=0.4, color=c, label=f"{run.name} measured")
+            a1.plot(t_h, ys, "-", lw=1.2, color=c, label=f"{run.name} model")
+            a2.plot(t_h, run.Y[:, j] - ys, ".", ms=2, color=c, label=run.name)
         unit = spec.outputs[j].unit
         a1.set_ylabel(f"{name} [{unit}]")
         a2.set_ylabel(f"residual [{unit}]")

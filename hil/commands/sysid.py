@@ -151,7 +151,7 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
             f = worldmodel.region_plot(wm_report, Path(out).with_suffix(".plots") / "world_model_regions.png")
             doc["sysid"]["world_model"]["plot"] = str(Path(f).relative_to(Path(out).parent))
     if not no_plots:
-        files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"))
+        files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"), theta=problem.theta_from(pooled))
         doc["sysid"]["residual_plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
     report.write_fitted(out, doc)
     report.print_summary(click.echo, pooled, per_run, findings, profiles, prof, warnings=warnings)
