@@ -136,7 +136,8 @@ def chosen_fit(ev: Evidence) -> tuple[tuple[str, dict] | None, str]:
             return best, (f"newest of {len(on_unit)} fit(s) on the deployment unit {ev.unit}"
                           f" ({created(best) or 'no date'})")
         best = max(ev.fits, key=newest)
-        return best, f"no fit on the deployment unit {ev.unit}; newest fit on another unit ({created(best) or 'no date'})"
+        return best, (f"no fit on the deployment unit {ev.unit}; newest fit on another unit "
+                      f"({created(best) or 'no date'})")
     best = max(ev.fits, key=newest)
     return best, f"newest of {len(ev.fits)} fit(s) ({created(best) or 'no date'}); no deployment unit named"
 
