@@ -49,7 +49,8 @@ def profile_interval(problem, result, name: str, n_points: int = 7, width: float
             continue
         if free.size:
             sol = least_squares(lambda z: problem.residuals(np.insert(z, i, th[i])),
-                                np.clip(th[free], lo[free], hi[free]), bounds=(lo[free], hi[free]), method="trf", x_scale="jac", max_nfev=max_nfev)
+                                np.clip(th[free], lo[free], hi[free]), bounds=(lo[free], hi[free]),
+                                method="trf", x_scale="jac", max_nfev=max_nfev)
             th[free] = sol.x
         out.append(chi2(th) - c0)
     d = np.array(out)
