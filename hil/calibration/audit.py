@@ -113,6 +113,39 @@ def _visual(ev: Evidence) -> Cell:
                 "none: a visual gap exists only for camera-based policies")
 
 
+def chosen_fit(ev: Evidence) -> tuple[tuple[str, dict] | None, str]:
+    """The fit the dynamics and sensor rows rest on: the newest (`sysid.created`) fit on the
+    deployment unit; with no deployment unit named, the newest fit. Returns ((path, doc) or
+    None, why this one) -- one fit for both rows, never a mix."""
+    if not ev.fits:
+        return None, ""
+
+    def created(f):
+        return str(f[1]["sysid"].get("created", ""))
+
+    def newest(f):  # ties (same second) broken by the file's modification time
+        try:
+            return created(f), Path(f[0]).stat().st_mtime
+        except OSError:
+            return created(f), 0.0
+
+    if ev.unit:
+        on_unit = [f for f in ev.fits if f[1]["sysid"].get("unit", "") == ev.unit]
+        if on_unit:
+            best = max(on_unit, key=newest)
+            return best, (f"newest of {len(on_unit)} fit(s) on the deployment unit {ev.unit}"
+                          f" ({created(best) or 'no date'})")
+        best = max(ev.fits, key=newest)
+        return best, (f"no fit on the deployment unit {ev.unit}; newest fit on another unit "
+                      f"({created(best) or 'no date'})")
+    best = max(ev.fits, key=newest)
+    return best, f"newest of {len(ev.fits)} fit(s) ({created(best) or 'no date'}); no deployment unit named"
+
+
+# findings of `hil sysid` that mean the model lacks something (hil/calibration/findings.py)
+LACKS = ("trend", "correlation", "run_spread", "at_bound")
+
+
 def _dynamics(ev: Evidence) -> Cell:
     if not ev.fits:
         overrides = (ev.scenario or {}).get("plant", {}).get("parameters", {})
@@ -122,32 +155,50 @@ def _dynamics(ev: Evidence) -> Cell:
                         "run `hil sysid` on >= 3 runs of the deployment unit")
         return Cell("dynamics", "red", ["no system identification on file: first-principles model only"],
                     "log >= 3 runs of the deployment unit and run `hil sysid`")
-    path, best = max(ev.fits, key=lambda f: f[1]["sysid"].get("n_runs", 0))
+    (path, best), why_this = chosen_fit(ev)
     s = best["sysid"]
     n = int(s.get("n_runs", 0))
     unit = s.get("unit", "")
-    evidence = [f"{path}: fit of {', '.join(s.get('estimates', {}))} on {n} run(s) of unit {unit or '(unnamed)'}"]
+    files = s.get("files") or []
+    evidence = [f"{path}: fit of {', '.join(s.get('estimates', {}))} on {n} run(s) of unit {unit or '(unnamed)'} "
+                f"({why_this})"]
+    if files:
+        evidence.append("logs: " + ", ".join(files))
     status, step = "green", "keep fitting on each new batch; widen randomization to the spread"
     if ev.unit and unit != ev.unit:
         status, step = "amber", f"the fit is on unit {unit or '(unnamed)'}, deployment on {ev.unit}: refit on {ev.unit}"
     elif n < 3:
         status, step = "amber", f"{n} run(s): log >= 3 runs to capture run-to-run variability"
-    findings = s.get("identifiability", {})
-    for f in findings.values():
-        if f.get("kind") in ("at_bound",):
-            status, step = "amber", f"{f['why']}"
-            evidence.append(f"identifiability: {f['why']}")
+    lacks = [f for f in s.get("identifiability", {}).values() if f.get("kind") in LACKS]
+    if lacks:
+        status = "amber"
+        # name the effect: trends and correlations first (they say what changes, and with what)
+        lacks.sort(key=lambda f: LACKS.index(f["kind"]))
+        for f in lacks:
+            evidence.append(f"{path}: finding ({f['kind']}): {f['why']}")
+        step = f"the model lacks an effect: {lacks[0]['why']}; model it, or ship a residual model"
+    fitted_outputs = set(s.get("outputs") or [])
+    me = {k: v for k, v in (s.get("model_error") or {}).items() if not fitted_outputs or k in fitted_outputs}
+    if me:
+        status = "amber"
+        evidence.append(f"{path}: structured misfit (model error) on {', '.join(sorted(me))}")
+        if not lacks:
+            step = f"the model misfits {', '.join(sorted(me))} with structure: find the missing effect"
     res = s.get("residual_model")
     if res:
         imp = res.get("improvement", {})
         big = {k: v for k, v in imp.items() if v > 0.3}
+        raw, unit = res.get("rmse_without_raw"), res.get("unit", {})
         evidence.append(f"residual model on {', '.join(res.get('states', []))}: {res.get('evaluated_on')} "
-                        + ", ".join(f"{k} {res['rmse_without'][k]:.2f}->{res['rmse_with'][k]:.2f}"
+                        + ", ".join(f"{k} {res['rmse_without_raw'][k]:.3g}->{res['rmse_with_raw'][k]:.3g} "
+                                    f"{unit.get(k, '')}".rstrip() if raw else
+                                    f"{k} {res['rmse_without'][k]:.2f}->{res['rmse_with'][k]:.2f}"
                                     for k in res.get("rmse_without", {})))
         if big:
             status = "amber"
-            step = (f"unmodelled effect: a learned correction cuts the error on {', '.join(big)} by "
-                    f"{max(big.values()):.0%}; model the effect, or ship the residual model in the plant step")
+            cut = f"a learned correction cuts the held-out error on {', '.join(big)} by {max(big.values()):.0%}"
+            step = (f"{step}; {cut}" if lacks else
+                    f"unmodelled effect: {cut}; model the effect, or ship the residual model in the plant step")
     wm = s.get("world_model")
     if wm and wm.get("diverging_regions"):
         outs = sorted({r.split(" ")[0] for r in wm["diverging_regions"]})
@@ -165,17 +216,30 @@ def _dynamics(ev: Evidence) -> Cell:
 
 def _sensor(ev: Evidence) -> Cell:
     sc_sensors = ((ev.scenario or {}).get("gaps") or {}).get("sensors", {})
-    fitted = {}
-    for path, d in ev.fits:
+    chosen, why_this = chosen_fit(ev)
+    fitted, model_error = {}, {}
+    if chosen:
+        path, d = chosen
         for name, fields in (d.get("gaps", {}).get("sensors", {}) or {}).items():
             fitted[name] = (path, fields)
+        model_error = d["sysid"].get("model_error") or {}
     if not sc_sensors and not fitted:
         return Cell("sensor/noise", "red", ["no [gaps.sensors] in the scenario and no fitted profile: sensors ideal"],
                     "fit noise profiles with `hil sysid` and inject them in [gaps.sensors]")
     injected = [n for n in fitted if n in sc_sensors and _same(sc_sensors[n], fitted[n][1])]
-    ev_lines = [f"{ev.scenario_path}: [gaps.sensors] for {', '.join(sorted(sc_sensors)) or 'none'}"]
+    scen = (f"{ev.scenario_path}: [gaps.sensors] for {', '.join(sorted(sc_sensors))}" if sc_sensors
+            else f"{ev.scenario_path}: no [gaps.sensors]" if ev.scenario_path else "no scenario on file")
+    ev_lines = [scen]
     if fitted:
-        ev_lines.append("fitted profiles: " + ", ".join(f"{n} ({p})" for n, (p, _) in sorted(fitted.items())))
+        ev_lines.append(f"fitted profiles ({why_this}): "
+                        + ", ".join(f"{n} ({p})" for n, (p, _) in sorted(fitted.items())))
+    suspect = sorted(n for n in injected if n in model_error)
+    if suspect:
+        ev_lines.append(f"the model misfits {', '.join(suspect)} with structure in that fit: its profile rests on a "
+                        "model that does not explain the signal")
+        return Cell("sensor/noise", "amber", ev_lines,
+                    f"fix the dynamics of {', '.join(suspect)} first (model error, not sensor error), then refit "
+                    "the sensor profiles")
     if fitted and len(injected) == len(fitted):
         return Cell("sensor/noise", "green", ev_lines + [f"injected as fitted: {', '.join(sorted(injected))}"],
                     "refit when a probe or its calibration changes")

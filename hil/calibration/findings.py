@@ -32,11 +32,11 @@ def windowed_estimates(problem, pooled, params, n_windows: int = 6, max_nfev: in
     from hil.calibration.sysid import SysIdProblem
 
     spec = problem.spec
-    theta = problem.theta_of(pooled.values)
+    theta = problem.theta_from(pooled)
     sims = problem.simulate(theta)
     out = {p: [] for p in params}
     sigma = {n: problem.sigma[spec.index("outputs", n)] for n in problem.outputs}
-    for r, run in enumerate(problem.runs):
+    for r, run in enumerate(problem.corrected_runs(theta)):  # the fitted sensor offsets held
         n = run.t_s.size
         edges = np.linspace(0, n - 1, n_windows + 1).astype(int)
         Xs = sims[r][1]
@@ -49,7 +49,7 @@ def windowed_estimates(problem, pooled, params, n_windows: int = 6, max_nfev: in
             if not outs:
                 continue
             pb = SysIdProblem(problem.module, [sub], list(params), base_params=pooled.p_full, x0=Xs[a],
-                              outputs=outs, sigma={o: sigma[o] for o in outs})
+                              outputs=outs, sigma={o: sigma[o] for o in outs}, ref_cv=pooled.ref_cv)
             pb.sim = problem.sim
             try:
                 res = pb.fit(reweight=False, max_nfev=max_nfev)
@@ -110,17 +110,19 @@ def _events_since(t_s: np.ndarray, v: np.ndarray) -> np.ndarray | None:
     return out
 
 
-def correlation_findings(problem, sims, window_frac: float = 0.1, r_min: float = 0.5) -> list[dict]:
+def correlation_findings(problem, sims, window_frac: float = 0.1, r_min: float = 0.5, theta=None) -> list[dict]:
     """The slow residual of each fitted output against each extra column (value, and time
-    since the last event for event columns), and against time itself for comparison."""
+    since the last event for event columns), and against time itself for comparison; the
+    fitted sensor offsets of `theta` (if given) are removed first."""
     spec = problem.spec
     extras = sorted(set().union(*[set(r.extras) for r in problem.runs]))
+    runs = problem.runs if theta is None else problem.corrected_runs(theta)
     out = []
     for name in problem.outputs:
         j = spec.index("outputs", name)
         slow, feats = [], {}
         t_all = []
-        for r, run in enumerate(problem.runs):
+        for r, run in enumerate(runs):
             y, ys = run.Y[:, j], sims[r][0][:, j]
             m = np.isfinite(y) & np.isfinite(ys)
             if m.sum() < 20:
@@ -197,10 +199,7 @@ def bound_findings(problem, pooled) -> list[dict]:
     out = []
     if not pooled.at_bound:
         return out
-    theta = problem.theta_of(pooled.values)
-    nb = len(problem.bias_outputs)
-    for pos, n in enumerate(problem.bias_outputs):
-        theta[problem.n_theta - nb + pos] = pooled.biases[n] / problem.sigma[problem.spec.index("outputs", n)]
+    theta = problem.theta_from(pooled)
     lo, hi = problem.bounds()
     c0 = 0.5 * float(np.sum(problem.residuals(theta) ** 2))
     for name in pooled.at_bound:
@@ -234,7 +233,7 @@ def unlogged_state_warnings(problem, pooled, threshold_sigma: float = 1.0) -> li
     module = problem.module
     measured = set().union(*[set(r.measured_outputs(spec)) for r in problem.runs])
     mo = [spec.index("outputs", n) for n in measured]
-    theta = problem.theta_of(pooled.values)
+    theta = problem.theta_from(pooled)
     sims = problem.simulate(theta)
     p = pooled.p_full
     out = []
@@ -257,7 +256,7 @@ def unlogged_state_warnings(problem, pooled, threshold_sigma: float = 1.0) -> li
         for r, run in enumerate(problem.runs):
             x0 = problem.x0_of(theta, r).copy()
             x0[i] += exc
-            Ysim = problem.sim.run(run, p, x0)[0]
+            Ysim = problem.sim.run(problem.run_at(theta, r), p, x0)[0]
             d = (Ysim[:, problem.o_idx] - sims[r][0][:, problem.o_idx]) / problem.sigma[problem.o_idx]
             d = d[np.isfinite(d)]
             if d.size:

@@ -233,6 +233,7 @@ class RunLog:
     extras: dict[str, np.ndarray]
     source: str = ""
     refs: dict[str, np.ndarray] = field(default_factory=dict)  # output -> independent reference (NaN: none)
+    t_origin_s: float = 0.0  # time of sample 0 since the logged run's start, s (non-zero for a slice)
 
     @property
     def duration_s(self) -> float:
@@ -246,7 +247,7 @@ class RunLog:
         t = self.t_s[k0:k1] - self.t_s[k0]
         return RunLog(name or f"{self.name}[{k0}:{k1}]", t, self.U[k0:k1], self.Y[k0:k1],
                       self.X_presc[k0:k1], {k: v[k0:k1] for k, v in self.extras.items()}, self.source,
-                      {k: v[k0:k1] for k, v in self.refs.items()})
+                      {k: v[k0:k1] for k, v in self.refs.items()}, self.t_origin_s + float(self.t_s[k0]))
 
 
 def _read_table(path: Path):
@@ -429,14 +430,21 @@ def read_run(path: str | Path, spec, column_map: ColumnMap | None = None,
 
 
 def lag_filter(t_s: np.ndarray, v: np.ndarray, tau_s: float) -> np.ndarray:
-    """What a first-order lag (time constant tau_s) makes of the command v held between
-    samples t_s: the applied value at each sample, exact ZOH discretization; the input
-    applied over [t_k, t_k+1) is then taken as this value (the log keeps the command)."""
+    """What a first-order lag (time constant tau_s, s) makes of the command v held between
+    samples t_s: the mean of the applied input over each interval [t_k, t_k+1) (exact for
+    a ZOH command: the lag state z moves from z_k towards v_k, the mean is
+    v_k + (z_k - v_k) tau/dt (1 - exp(-dt/tau))), which the plant then sees held over that
+    interval (the log keeps the command). Continuous in tau: tau -> 0 gives v itself."""
     out = np.empty_like(v)
-    out[0] = v[0]
-    for k in range(1, v.size):
-        a = math.exp(-(t_s[k] - t_s[k - 1]) / tau_s)
-        out[k] = a * out[k - 1] + (1 - a) * v[k - 1]
+    if not tau_s > 0:
+        out[:] = v
+        return out
+    z = v[0]
+    for k in range(v.size):
+        dt = t_s[k + 1] - t_s[k] if k + 1 < v.size else (t_s[k] - t_s[k - 1] if k else 1.0)
+        a = math.exp(-dt / tau_s)
+        out[k] = v[k] + (z - v[k]) * tau_s / dt * (1.0 - a)
+        z = a * z + (1.0 - a) * v[k]
     return out
 
 

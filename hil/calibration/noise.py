@@ -287,3 +287,39 @@ def fit_noise_profiles(runs, sims, spec, outputs, ref_biases: dict | None = None
         if fields:
             out[name] = fields
     return out
+
+
+def reference_offsets(problem, pooled, outputs) -> tuple[list, dict[str, dict]]:
+    """Sensor bias/drift of each output that has an independent reference: the offsets
+    fitted with the parameters (--bias/--drift) when the fit had the references, else the
+    model-free reference_bias. Returns (runs with these offsets removed from the measured
+    values (copies), {output: reference_bias-like dict}). Outputs without a reference get
+    nothing: their bias and drift stay undetermined."""
+    import dataclasses
+
+    spec = problem.spec
+    out = {}
+    for name in outputs:
+        j = spec.index("outputs", name)
+        n_ref = sum(int(np.isfinite(r.refs[name]).sum()) for r in problem.runs if name in r.refs)
+        if n_ref == 0:
+            continue
+        if name in problem.ref_outputs and (name in pooled.biases or name in pooled.drifts):
+            b, d_h = pooled.biases.get(name, 0.0), pooled.drifts.get(name, 0.0)
+            bci = pooled.sensor_ci95.get(f"bias.{name}", [b, b])
+            dci = pooled.sensor_ci95.get(f"drift.{name}", [d_h, d_h])
+            out[name] = {"bias": b, "drift_per_s": d_h / 3600.0, "bias_ci95": list(bci),
+                         "drift_per_s_ci95": [x / 3600.0 for x in dci], "n_reference": n_ref,
+                         "method": "fitted with the parameters against the references"}
+        else:
+            rb = reference_bias(problem.runs, name, j)
+            if rb is not None:
+                out[name] = {**rb, "method": "sensor minus reference at the reference samples (model-free)"}
+    runs = []
+    for run in problem.runs:
+        Y = run.Y.copy()
+        for name, rb in out.items():
+            j = spec.index("outputs", name)
+            Y[:, j] -= rb["bias"] + rb["drift_per_s"] * (run.t_s + run.t_origin_s)
+        runs.append(dataclasses.replace(run, Y=Y))
+    return runs, out

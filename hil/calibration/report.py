@@ -60,6 +60,18 @@ def fitted_document(problem, pooled, per_run, spread, noise, findings, *, unit: 
         "plant": {"parameters": {n: float(v) for n, v in zip(pooled.params, pooled.values)}},
         "gaps": {"sensors": sensors, "randomize": {"plant": spread}},
     }
+    offsets = {}
+    for n, b in pooled.biases.items():
+        offsets.setdefault(n, {}).update(bias=b, bias_ci95=pooled.sensor_ci95.get(f"bias.{n}"))
+    for n, d in pooled.drifts.items():
+        offsets.setdefault(n, {}).update(drift_per_h=d, drift_per_h_ci95=pooled.sensor_ci95.get(f"drift.{n}"))
+    if pooled.lags:  # actuator lags fitted with the parameters (--fit-lag), s
+        doc["sysid"]["actuator_lags"] = {n: {"lag_s": v, "lag_s_ci95": pooled.lag_ci95.get(n)}
+                                         for n, v in pooled.lags.items()}
+    if offsets:  # fitted with the parameters (--bias / --drift), plant units; not a sensor gap
+        doc["sysid"]["sensor_offsets_fitted"] = offsets
+    if pooled.ref_cv:
+        doc["sysid"]["reference_relative_error"] = dict(pooled.ref_cv)
     if pooled.init_states:
         doc["sysid"]["initial_states"] = {
             r: {s: float(v) for s, v in zip(pooled.init_states, vals)}
@@ -81,8 +93,9 @@ def write_fitted(path: str | Path, doc: dict) -> None:
     Path(path).write_text(tomlw.dumps(doc, comments))
 
 
-def residual_plots(problem, sims, out_dir: str | Path) -> list[str]:
-    """One PNG per fitted output: measured vs simulated per run, and the residual."""
+def residual_plots(problem, sims, out_dir: str | Path, theta=None) -> list[str]:
+    """One PNG per fitted output: measured vs simulated per run, and the residual, one colour
+    per run in both panels; with `theta`, the fitted sensor offsets are removed first."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,12 +108,14 @@ def residual_plots(problem, sims, out_dir: str | Path) -> list[str]:
     for name in problem.outputs:
         j = spec.index("outputs", name)
         fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-        for r, run in enumerate(problem.runs):
+        runs = problem.runs if theta is None else problem.corrected_runs(theta)
+        for r, run in enumerate(runs):
             t_h = run.t_s / 3600.0
             ys = sims[r][0][:, j]
-            a1.plot(t_h, run.Y[:, j], ".", ms=2, alpha=0.5, label=f"{run.name} measured")
-            a1.plot(t_h, ys, "-", lw=1, label=f"{run.name} model")
-            a2.plot(t_h, run.Y[:, j] - ys, ".", ms=2, label=run.name)
+            c = f"C{r % 10}"
+            a1.plot(t_h, run.Y[:, j], ".", ms=2, alpha=0.4, color=c, label=f"{run.name} measured")
+            a1.plot(t_h, ys, "-", lw=1.2, color=c, label=f"{run.name} model")
+            a2.plot(t_h, run.Y[:, j] - ys, ".", ms=2, color=c, label=run.name)
         unit = spec.outputs[j].unit
         a1.set_ylabel(f"{name} [{unit}]")
         a2.set_ylabel(f"residual [{unit}]")
@@ -123,9 +138,19 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None, warnings
         echo(f"{n:14s} {pooled.values[i]:12.5g} [{pooled.ci95[i][0]:12.5g}, {pooled.ci95[i][1]:12.5g}]   {pr}")
     if profile:
         a, b = profile["ci95"]
-        echo(f"profile likelihood check, {profile['parameter']}: 95% [{a:.5g}, {b:.5g}]")
+        echo(f"profile likelihood check, {profile['parameter']}: 95% [{a:.5g}, {b:.5g}]"
+             + (f" ({profile['why']})" if profile.get("why") else ""))
     for n, b in pooled.biases.items():
-        echo(f"sensor bias fitted with the parameters (--bias), {n}: {b:.4g}")
+        lo, hi = pooled.sensor_ci95.get(f"bias.{n}", [math.nan, math.nan])
+        echo(f"sensor bias fitted with the parameters (--bias), {n}: {b:.4g} [{lo:.4g}, {hi:.4g}]")
+    for n, d in pooled.drifts.items():
+        lo, hi = pooled.sensor_ci95.get(f"drift.{n}", [math.nan, math.nan])
+        echo(f"sensor drift fitted with the parameters (--drift), {n}: {d:.4g}/h [{lo:.4g}, {hi:.4g}]")
+    for n, v in pooled.lags.items():
+        lo, hi = pooled.lag_ci95.get(n, [math.nan, math.nan])
+        echo(f"actuator lag fitted with the parameters (--fit-lag), {n}: lag_s = {v:.4g} s [{lo:.4g}, {hi:.4g}]")
+    for n, cv in pooled.ref_cv.items():
+        echo(f"reference samples of {n} fitted with the outputs: relative error {cv:.3g}")
     for w in warnings:
         echo(f"warning: {w}")
     for f in findings:
@@ -149,16 +174,19 @@ def print_summary(echo, pooled, per_run, findings, noise, profile=None, warnings
                  f"{me['rms']:.3g}): {shape}")
 
 
-def heldout_rmse(problem, p, x0s, runs, sim, bias=None) -> dict[str, float]:
-    """Noise-weighted RMS error per output over `runs` (open-loop from each run's start)."""
+def heldout_rmse(problem, p, x0s, runs, sim, theta=None) -> dict[str, float]:
+    """Noise-weighted RMS error per output over `runs` (open-loop from each run's start), the
+    fitted sensor offsets of `theta` (if given) applied."""
     spec = problem.spec
     out = {}
     sq = {n: [] for n in problem.outputs}
     for run, x0 in zip(runs, x0s):
         Ysim = sim.run(run, p, x0)[0]
+        off = np.zeros((run.t_s.size, len(problem.outputs))) if theta is None else np.broadcast_to(
+            problem.offset_of(theta, run), (run.t_s.size, len(problem.outputs)))
         for n in problem.outputs:
             j = spec.index("outputs", n)
-            b = 0.0 if bias is None else bias[problem.outputs.index(n)]
+            b = off[:, problem.outputs.index(n)]
             d = (Ysim[:, j] + b - run.Y[:, j]) / problem.sigma[j]
             sq[n].append(d[np.isfinite(d)])
     for n, parts in sq.items():

@@ -23,7 +23,6 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     out) noise-weighted RMS error per output without and with the correction."""
     spec = problem.spec
     theta = _theta(problem, pooled)
-    bias = problem.bias_of(theta)
     sims = problem.simulate(theta)
     X = np.concatenate([s[1] for s in sims])
     U = np.concatenate([r.U for r in problem.runs])
@@ -40,11 +39,15 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     cols = model.feature_columns(spec)
     sim = RunSimulator(problem.module, model)  # holds model.W by reference
     nr = len(states)
-    # W scale: a state's typical rate of change per plant time unit
+    # W scale per corrected state: its spread times the faster of (a) its own relaxation rate
+    # |df_i/dx_i| (a quasi-steady state such as DO answers a derivative correction d with an
+    # offset d / rate: theta ~ 1 moves it by ~ its spread) and (b) 1 / run length (a slow state
+    # integrates d over the run: theta ~ 1 moves it by ~ its spread at the end)
     xs = np.array([max(np.nanstd(X[:, i]), 1e-9) for i in model.idx])
     tu = float(getattr(problem.module, "TIME_UNIT_S", 1.0))
     span = max(r.duration_s for r in problem.runs) / tu
-    w_scale = np.repeat(xs / span, len(cols))
+    rate = relaxation_rates(problem.module, pooled.p_full, sims, problem.runs, model.idx)
+    w_scale = np.repeat(xs * np.maximum(rate, 1.0 / span), len(cols))
     p = pooled.p_full
     x0s = pooled.x0
 
@@ -52,8 +55,8 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
         model.W[:, cols] = (w * w_scale).reshape(nr, len(cols))
         parts = []
         for r, run in enumerate(problem.runs):
-            Ysim = sim.run(run, p, x0s[r])[0]
-            parts.append(problem._run_residuals(r, Ysim, bias))
+            Ysim = sim.run(problem.run_at(theta, r), p, x0s[r])[0]
+            parts.append(problem._run_residuals(r, Ysim, problem.offset_of(theta, run)))
         parts.append(np.sqrt(ridge) * w)
         return np.concatenate(parts)
 
@@ -62,24 +65,48 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     runs = heldout if heldout else problem.runs
     x0h = heldout_x0 if heldout else x0s
     base = RunSimulator(problem.module)
-    before = heldout_rmse(problem, p, x0h, runs, base, bias)
-    after = heldout_rmse(problem, p, x0h, runs, sim, bias)
+    before = heldout_rmse(problem, p, x0h, runs, base, theta)
+    after = heldout_rmse(problem, p, x0h, runs, sim, theta)
+    sig = {n: float(problem.sigma[spec.index("outputs", n)]) for n in before}
     report = {"states": list(states), "features": list(features),
               "evaluated_on": "held-out runs" if heldout else "training runs",
               "rmse_without": before, "rmse_with": after,
+              "rmse_without_raw": {n: before[n] * sig[n] for n in before},
+              "rmse_with_raw": {n: after[n] * sig[n] for n in after},
+              "unit": {n: spec.quantity("outputs", n).unit for n in before},
+              "w_scale_rate_per_time_unit": {s_: float(r_) for s_, r_ in zip(states, np.maximum(rate, 1.0 / span))},
               "improvement": {n: (1 - after[n] / before[n]) if before[n] > 0 else 0.0 for n in before}}
     return model, report
 
 
+def relaxation_rates(module, p, sims, runs, idx, n_points: int = 50) -> np.ndarray:
+    """Median |df_i/dx_i| (1 / plant time unit) of each state in idx over up to n_points
+    simulated samples of the runs (central differences of the plant's derivatives); 0 for a
+    plant without a `derivatives(t, x, u, p, dxdt)` kernel (then the 1 / run-length scale)."""
+    spec = module.SPEC
+    if not callable(getattr(module, "derivatives", None)):
+        return np.zeros(len(idx))
+    pts = []
+    for (Ysim, Xsim), run in zip(sims, runs):
+        ok = np.flatnonzero(np.all(np.isfinite(Xsim), axis=1))
+        for k in ok[np.linspace(0, ok.size - 1, min(ok.size, max(1, n_points // len(runs)))).astype(int)]:
+            pts.append((Xsim[k], run.U[k]))
+    d0, d1 = np.zeros(spec.n_states), np.zeros(spec.n_states)
+    out = np.zeros(len(idx))
+    for a, i in enumerate(idx):
+        rates = []
+        for x, u in pts:
+            h = 1e-6 * max(abs(x[i]), spec.states[i].high - spec.states[i].low)
+            xp, xm = x.copy(), x.copy()
+            xp[i] += h
+            xm[i] -= h
+            module.derivatives(0.0, xp, u, p, d1)
+            module.derivatives(0.0, xm, u, p, d0)
+            rates.append(abs(d1[i] - d0[i]) / (2 * h))
+        out[a] = float(np.median(rates)) if rates else 0.0
+    return out
+
+
 def _theta(problem, pooled):
-    """The problem's theta vector of a fit result (parameters, initial states, biases)."""
-    th = problem.theta_of(pooled.values)
-    ns = len(problem.init_states)
-    if ns:
-        for r in range(len(problem.runs)):
-            off = len(problem.params) + r * ns
-            th[off:off + ns] = (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale
-    nb = len(problem.bias_outputs)
-    for pos, n in enumerate(problem.bias_outputs):
-        th[problem.n_theta - nb + pos] = pooled.biases[n] / problem.sigma[problem.spec.index("outputs", n)]
-    return th
+    """The problem's theta vector of a fit result (parameters, initial states, sensor offsets)."""
+    return problem.theta_from(pooled)

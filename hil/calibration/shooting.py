@@ -35,8 +35,8 @@ def segments(problem, shooting_s: float):
 
 def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbose: int = 0):
     """Fit with free states at every segment start (`self`: a SysIdProblem); returns
-    (theta, scipy result), theta = parameters + initial states + biases, to be polished by
-    single shooting."""
+    (theta, scipy result), theta = parameters + initial states + sensor offsets, to be polished
+    by single shooting (which alone adds the reference residuals: this stage only seeds it)."""
     spec = self.spec
     segs = segments(self, shooting_s)
     nx = spec.n_states
@@ -80,8 +80,8 @@ def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbo
     for (r, s, n_out, has_def, row0) in row_blocks:
         n_here = n_out + (nx if has_def else 0)
         sparsity[row0:row0 + n_here, :len(self.params)] = 1
-        if self.bias_outputs:
-            sparsity[row0:row0 + n_out, nth - len(self.bias_outputs):nth] = 1
+        if self.n_sensor:
+            sparsity[row0:row0 + n_out, nth - self.n_sensor:nth] = 1
         if s == 0 and ns:
             off = len(self.params) + r * ns
             sparsity[row0:row0 + n_here, off:off + ns] = 1
@@ -105,11 +105,11 @@ def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbo
             k0, k1 = nodes[s], nodes[s + 1]
             x0 = self.x0_of(theta, r) if s == 0 else z[node_base[(r, s)]:node_base[(r, s)] + nx] * xs
             Ysim, Xsim = bufs[r]
-            _, _, x_end, _ = self.sim.run(run, p, x0, k0, k1, Ysim, Xsim)
+            _, _, x_end, _ = self.sim.run(self.run_at(theta, r), p, x0, k0, k1, Ysim, Xsim)
             last = not has_def
             kk = slice(k0, k1 + 1 if last else k1)
             m = self.masks[r][kk]
-            d = ((Ysim[kk][:, self.o_idx] + self.bias_of(theta) - run.Y[kk][:, self.o_idx])
+            d = ((Ysim[kk][:, self.o_idx] + self.offset_of(theta, run, kk) - run.Y[kk][:, self.o_idx])
                  / self.sigma[self.o_idx])[m]
             out[row0:row0 + n_out] = d
             if has_def:

@@ -1,13 +1,27 @@
 """System identification: plant parameters (and unknown initial states) fitted to logged
 runs by simulating the plant's Numba kernels over the logged inputs (scipy least_squares).
 
-Residuals: (y_sim - y_meas) / sigma_j for every measured sample of every fitted output j;
-sigma_j starts from the high-frequency scatter of the measurements (first differences,
-robust) and is re-estimated from the fit's own residuals once (so outputs are weighted by
-their noise, and the interval scale is the residual scale).
+Residuals: (y_sim + offset_j(t) - y_meas) / sigma_j for every measured sample of every
+fitted output j; sigma_j starts from the high-frequency scatter of the measurements (first
+differences, robust) and is re-estimated from the fit's own residuals once (so outputs are
+weighted by their noise, and the interval scale is the residual scale). The sensor offset
+is bias_j + drift_j * t (t since the run's start) for the outputs named in `bias_outputs` /
+`drift_outputs` (shared by all runs), else 0.
+
+References: an output with an independent reference in the logs (a column with role =
+"reference", e.g. lab assays) gets a second residual group (y_sim - y_ref) / (cv_j * level)
+at the reference samples, level = max(|y_ref|, a tenth of the median reference): assays
+have a relative error; cv_j starts at 5 % and is re-estimated with the sigmas. The
+reference sees the model output without the sensor offset, so it anchors the level a
+drifting online probe cannot (bias and drift of the probe are then identifiable).
 
 Parameterization: p_i = base_i * (1 + theta_i) (base_i != 0), bounded by the spec's
 physical bounds; initial states likewise.
+
+Actuator lags (`lag_inputs`): the logged command of each named input passes through a
+first-order lag whose time constant lag_s = LAG_SCALE_S * theta (0 .. a quarter of the
+shortest run, shared by all runs) is fitted with the parameters, with its interval
+(hil/calibration/logs.py lag_filter, the same ZOH filter a known `lag_s` uses).
 
 Multiple shooting (`shooting_s`): each run is cut into segments of that length; the state
 at every segment start is a free variable and the continuity defects are residuals (weight
@@ -16,7 +30,7 @@ Its result seeds a final single-shooting polish, whose Jacobian gives the interv
 
 Intervals: sandwich covariance bread * meat * bread with bread = (J'J)^-1 and a meat that
 inflates each output's block by its residuals' long-run variance factor (Bartlett window;
-correlated residuals carry less information than white ones). 95 %
+correlated residuals carry less information than white ones), per residual group. 95 %
 intervals are +/- 1.96 std. `profile_interval` checks one parameter by profile likelihood.
 """
 
@@ -29,17 +43,12 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hil.calibration.shooting import DEFECT_WEIGHT, multiple_shooting  # noqa: F401  (DEFECT_WEIGHT re-exported)
+from hil.calibration.checks import identifiability, per_run_fits, spread_ranges  # noqa: F401  (re-exported)
 from hil.calibration.simulate import BAD_RESIDUAL, RunSimulator
+from hil.calibration.stats import Z95, _lag1, _robust_sigma_from_diffs, long_run_factor  # noqa: F401
 
-Z95 = 1.959963984540054
-
-
-def _robust_sigma_from_diffs(y: np.ndarray) -> float:
-    d = np.diff(y[np.isfinite(y)])
-    if d.size < 3:
-        return math.nan
-    mad = np.median(np.abs(d - np.median(d)))
-    return float(1.4826 * mad / math.sqrt(2.0))
+REF_CV0 = 0.05  # initial relative error of reference assays, re-estimated by the fit
+LAG_SCALE_S = 600.0  # theta scale of a fitted actuator lag, s
 
 
 @dataclass
@@ -66,6 +75,11 @@ class FitResult:
     init_values: list[np.ndarray] = field(default_factory=list)
     jac_singular_values: np.ndarray | None = None
     biases: dict = field(default_factory=dict)   # output -> fitted sensor bias, plant units
+    drifts: dict = field(default_factory=dict)   # output -> fitted sensor drift, plant units per hour
+    sensor_ci95: dict = field(default_factory=dict)  # "bias.<out>" / "drift.<out>" -> [lo, hi]
+    ref_cv: dict = field(default_factory=dict)   # output -> relative error of its reference assays
+    lags: dict = field(default_factory=dict)     # input -> fitted actuator lag time constant, s
+    lag_ci95: dict = field(default_factory=dict)  # input -> [lo, hi], s
 
     def as_dict(self) -> dict:
         return {n: {"value": float(v), "std": float(s), "ci95": [float(a), float(b)]}
@@ -76,7 +90,8 @@ class SysIdProblem:
     """Everything a fit needs: plant module, runs, which parameters and states are free."""
 
     def __init__(self, module, runs, params, *, base_params=None, x0=None, init_states=(),
-                 outputs=None, sigma=None, correction=None, bias_outputs=()):
+                 outputs=None, sigma=None, correction=None, bias_outputs=(), drift_outputs=(), ref_cv=None,
+                 lag_inputs=()):
         self.module = module
         self.spec = spec = module.SPEC
         self.runs = list(runs)
@@ -87,6 +102,10 @@ class SysIdProblem:
         self.x0 = [np.array(x0, float) for _ in self.runs] if np.ndim(x0) == 1 else [np.array(a, float) for a in x0]
         self.init_states = list(init_states)
         self.s_idx = np.array([spec.index("states", n) for n in self.init_states], dtype=np.int64)
+        self.lag_inputs = list(lag_inputs)
+        self.l_idx = np.array([spec.index("inputs", n) for n in self.lag_inputs], dtype=np.int64)
+        self.lag_hi = 0.25 * min(r.duration_s for r in self.runs) / LAG_SCALE_S if self.runs else 1.0
+        self._lag_cache = {}
         self.sim = RunSimulator(module, correction)
         measured = set()
         for r in self.runs:
@@ -107,14 +126,36 @@ class SysIdProblem:
         if sigma:
             for n, s in sigma.items():
                 self.sigma[spec.index("outputs", n)] = float(s)
-        # sensor biases fitted with the parameters (shared by all runs): y_meas = y_model + b_j
+        # sensor offsets fitted with the parameters (shared by all runs): y_meas = y_model + b_j + d_j t
         self.bias_outputs = list(bias_outputs)
-        for n in self.bias_outputs:
-            if n not in self.outputs:
-                raise ValueError(f"bias output {n!r} is not a fitted output")
+        self.drift_outputs = list(drift_outputs)
+        for key, names_ in (("bias", self.bias_outputs), ("drift", self.drift_outputs)):
+            for n in names_:
+                if n not in self.outputs:
+                    raise ValueError(f"{key} output {n!r} is not a fitted output (fitted: {', '.join(self.outputs)})")
         self.b_pos = np.array([self.outputs.index(n) for n in self.bias_outputs], dtype=np.int64)
+        self.d_pos = np.array([self.outputs.index(n) for n in self.drift_outputs], dtype=np.int64)
         # measured sample masks per run
         self.masks = [np.isfinite(r.Y[:, self.o_idx]) for r in self.runs]
+        # independent references of fitted outputs: a residual group each (module docstring)
+        self.ref_outputs = [n for n in self.outputs
+                            if any(np.isfinite(r.refs.get(n, np.zeros(0))).sum() for r in self.runs)]
+        self.ref_masks, self.ref_level = [], []
+        for r in self.runs:
+            ms, ls = [], []
+            for n in self.ref_outputs:
+                v = r.refs.get(n)
+                v = np.full(r.t_s.size, np.nan) if v is None else v
+                ms.append(np.isfinite(v))
+                ls.append(v)
+            self.ref_masks.append(ms)
+            self.ref_level.append(ls)
+        for q, n in enumerate(self.ref_outputs):
+            allv = np.concatenate([np.abs(ls[q][ms[q]]) for ls, ms in zip(self.ref_level, self.ref_masks)])
+            floor = 0.1 * max(float(np.median(allv)), 1e-12)
+            for ls, ms in zip(self.ref_level, self.ref_masks):
+                ls[q] = np.where(ms[q], np.maximum(np.abs(np.nan_to_num(ls[q])), floor), 1.0)
+        self.ref_cv = np.array([float((ref_cv or {}).get(n, REF_CV0)) for n in self.ref_outputs])
         lo, hi = spec.lows("params")[self.p_idx], spec.highs("params")[self.p_idx]
         self.p_scale = np.where(self.base_p[self.p_idx] != 0, np.abs(self.base_p[self.p_idx]), hi - lo)
         self.p_lo = (lo - self.base_p[self.p_idx]) / self.p_scale
@@ -126,16 +167,77 @@ class SysIdProblem:
 
     # ---- parameter vector <-> plant arrays ----
     @property
+    def n_sensor(self) -> int:
+        return len(self.bias_outputs) + len(self.drift_outputs)
+
+    @property
     def n_theta(self) -> int:
-        return len(self.params) + len(self.init_states) * len(self.runs) + len(self.bias_outputs)
+        """[parameters | initial states per run | actuator lags | sensor biases | sensor drifts]"""
+        return len(self.params) + len(self.init_states) * len(self.runs) + len(self.lag_inputs) + self.n_sensor
+
+    def lags_of(self, theta) -> np.ndarray:
+        """Fitted actuator lag time constants (self.lag_inputs order), s."""
+        nl = len(self.lag_inputs)
+        if not nl:
+            return np.zeros(0)
+        off = self.n_theta - self.n_sensor - nl
+        return np.asarray(theta[off:off + nl], float) * LAG_SCALE_S
+
+    def run_at(self, theta, r: int):
+        """Run r as the plant sees it at theta: the lagged inputs filtered (cached per lag)."""
+        run = self.runs[r]
+        if not self.lag_inputs:
+            return run
+        import dataclasses
+
+        from hil.calibration.logs import lag_filter
+
+        lags = self.lags_of(theta)
+        key = (r, tuple(lags))
+        hit = self._lag_cache.get(key)
+        if hit is None:
+            U = run.U.copy()
+            for j, tau in zip(self.l_idx, lags):
+                if tau > 0:
+                    U[:, j] = lag_filter(run.t_s, run.U[:, j], float(tau))
+            hit = dataclasses.replace(run, U=U)
+            if len(self._lag_cache) > 64:
+                self._lag_cache.clear()
+            self._lag_cache[key] = hit
+        return hit
+
+    @property
+    def n_groups(self) -> int:
+        """Residual groups: one per fitted output, then one per output with references."""
+        return len(self.outputs) + len(self.ref_outputs)
+
+    def _sensor_theta(self, theta):
+        nb, nd = len(self.bias_outputs), len(self.drift_outputs)
+        tail = theta[self.n_theta - self.n_sensor:] if self.n_sensor else theta[:0]
+        return tail[:nb], tail[nb:nb + nd]
 
     def bias_of(self, theta) -> np.ndarray:
         """Per fitted output (self.outputs order) sensor bias, plant units."""
         b = np.zeros(len(self.outputs))
-        nb = len(self.bias_outputs)
-        if nb:
-            b[self.b_pos] = theta[-nb:] * self.sigma[self.o_idx][self.b_pos]
+        if len(self.bias_outputs):
+            b[self.b_pos] = self._sensor_theta(theta)[0] * self.sigma[self.o_idx][self.b_pos]
         return b
+
+    def drift_of(self, theta) -> np.ndarray:
+        """Per fitted output sensor drift, plant units per hour (theta in sigma per hour)."""
+        d = np.zeros(len(self.outputs))
+        if len(self.drift_outputs):
+            d[self.d_pos] = self._sensor_theta(theta)[1] * self.sigma[self.o_idx][self.d_pos]
+        return d
+
+    def offset_of(self, theta, run, kk=slice(None)) -> np.ndarray:
+        """Sensor offsets (samples kk of `run`, fitted outputs): bias + drift * hours since the
+        run's start (a sliced run keeps its origin)."""
+        b = self.bias_of(theta)
+        if not len(self.drift_outputs):
+            return b
+        t_h = (run.t_s[kk] + getattr(run, "t_origin_s", 0.0)) / 3600.0
+        return b + t_h[:, None] * self.drift_of(theta)
 
     def p_of(self, theta) -> np.ndarray:
         p = self.base_p.copy()
@@ -155,8 +257,10 @@ class SysIdProblem:
         for r in range(len(self.runs)):
             lo += list((self.s_lo - self.x0[r][self.s_idx]) / self.s_scale)
             hi += list((self.s_hi - self.x0[r][self.s_idx]) / self.s_scale)
-        lo += [-np.inf] * len(self.bias_outputs)
-        hi += [np.inf] * len(self.bias_outputs)
+        lo += [0.0] * len(self.lag_inputs)
+        hi += [self.lag_hi] * len(self.lag_inputs)
+        lo += [-np.inf] * self.n_sensor
+        hi += [np.inf] * self.n_sensor
         return np.array(lo), np.array(hi)
 
     def theta_of(self, values=None) -> np.ndarray:
@@ -165,13 +269,39 @@ class SysIdProblem:
             th[:len(self.params)] = (np.asarray(values, float) - self.base_p[self.p_idx]) / self.p_scale
         return th
 
+    def theta_from(self, result: FitResult) -> np.ndarray:
+        """The theta vector of a fit result (parameters, initial states, sensor offsets), at
+        this problem's sigmas."""
+        th = self.theta_of(result.values)
+        ns = len(self.init_states)
+        if ns and result.init_values:
+            for r in range(len(self.runs)):
+                off = len(self.params) + r * ns
+                th[off:off + ns] = (result.init_values[r] - self.x0[r][self.s_idx]) / self.s_scale
+        base = self.n_theta - self.n_sensor
+        for pos, n in enumerate(self.lag_inputs):
+            th[base - len(self.lag_inputs) + pos] = result.lags.get(n, 0.0) / LAG_SCALE_S
+        for pos, n in enumerate(self.bias_outputs):
+            th[base + pos] = result.biases.get(n, 0.0) / self.sigma[self.spec.index("outputs", n)]
+        for pos, n in enumerate(self.drift_outputs):
+            th[base + len(self.bias_outputs) + pos] = (result.drifts.get(n, 0.0)
+                                                       / self.sigma[self.spec.index("outputs", n)])
+        return th
+
     # ---- residuals ----
-    def _run_residuals(self, r: int, Ysim: np.ndarray, bias=None) -> np.ndarray:
+    def _run_residuals(self, r: int, Ysim: np.ndarray, offset=None) -> np.ndarray:
+        """Output residuals (then reference residuals) of run r; offset: the sensor offsets
+        (fitted outputs), a vector or (n, n_outputs), or None."""
         run = self.runs[r]
         m = self.masks[r]
-        b = 0.0 if bias is None else bias
+        b = 0.0 if offset is None else offset
         diff = (Ysim[:, self.o_idx] + b - run.Y[:, self.o_idx]) / self.sigma[self.o_idx]
-        out = diff[m]
+        parts = [diff[m]]
+        for q, n in enumerate(self.ref_outputs):
+            mq = self.ref_masks[r][q]
+            j = self.spec.index("outputs", n)
+            parts.append((Ysim[mq, j] - run.refs[n][mq]) / (self.ref_cv[q] * self.ref_level[r][q][mq]))
+        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
         bad = ~np.isfinite(out)
         if bad.any():
             out[bad] = BAD_RESIDUAL
@@ -181,22 +311,39 @@ class SysIdProblem:
         p = self.p_of(theta)
         parts = []
         for r, run in enumerate(self.runs):
-            Ysim, _, _, _ = self.sim.run(run, p, self.x0_of(theta, r))
-            parts.append(self._run_residuals(r, Ysim, self.bias_of(theta)))
+            Ysim, _, _, _ = self.sim.run(self.run_at(theta, r), p, self.x0_of(theta, r))
+            parts.append(self._run_residuals(r, Ysim, self.offset_of(theta, run)))
         return np.concatenate(parts)
 
     def simulate(self, theta):
         """Per run (Ysim, Xsim) at theta."""
         p = self.p_of(theta)
-        return [self.sim.run(run, p, self.x0_of(theta, r))[:2] for r, run in enumerate(self.runs)]
+        return [self.sim.run(self.run_at(theta, r), p, self.x0_of(theta, r))[:2] for r in range(len(self.runs))]
 
     def output_blocks(self) -> np.ndarray:
-        """Output index (position in self.outputs) of every residual, in residual order."""
+        """Residual group (an output's position in self.outputs, or len(outputs) + q for the
+        q-th reference group) of every residual, in residual order."""
         parts = []
-        for m in self.masks:
-            cols = np.broadcast_to(np.arange(len(self.outputs)), m.shape)
+        no = len(self.outputs)
+        for r, m in enumerate(self.masks):
+            cols = np.broadcast_to(np.arange(no), m.shape)
             parts.append(cols[m])
+            for q in range(len(self.ref_outputs)):
+                parts.append(np.full(int(self.ref_masks[r][q].sum()), no + q))
         return np.concatenate(parts)
+
+    def corrected_runs(self, theta) -> list:
+        """The runs as the plant sees them at theta (fitted lags applied) with the fitted sensor
+        offsets removed from the measured outputs (copies)."""
+        import dataclasses
+
+        out = []
+        for r in range(len(self.runs)):
+            run = self.run_at(theta, r)
+            Y = run.Y.copy()
+            Y[:, self.o_idx] -= self.offset_of(theta, run)
+            out.append(dataclasses.replace(run, Y=Y))
+        return out
 
     # ---- multiple shooting (hil/calibration/shooting.py) ----
     def multiple_shooting(self, theta0, shooting_s: float, max_nfev: int = 15, verbose: int = 0):
@@ -206,6 +353,9 @@ class SysIdProblem:
     def fit(self, theta0=None, *, shooting_s: float | None = None, reweight: bool = True,
             max_nfev: int = 100, shooting_max_nfev: int = 15, verbose: int = 0) -> FitResult:
         theta = self.theta_of() if theta0 is None else np.array(theta0, float)
+        if theta0 is None and self.lag_inputs:  # start fitted lags at LAG_SCALE_S, not on their bound
+            nl = len(self.lag_inputs)
+            theta[self.n_theta - self.n_sensor - nl:self.n_theta - self.n_sensor] = 1.0
         lo, hi = self.bounds()
         theta = np.clip(theta, lo, hi)
         nfev = 0
@@ -219,13 +369,22 @@ class SysIdProblem:
             r = sol.fun
             x = sol.x.copy()
             blocks = self.output_blocks()
-            for pos, j in enumerate(self.o_idx):
-                rr = r[blocks == pos]
+            base = self.n_theta - self.n_sensor
+            no = len(self.outputs)
+            for g in range(self.n_groups):
+                rr = r[blocks == g]
                 rms = float(np.sqrt(np.mean(rr ** 2))) if rr.size else 1.0
-                if math.isfinite(rms) and rms > 0:
-                    self.sigma[j] *= rms
-                    if self.outputs[pos] in self.bias_outputs:  # keep the bias in plant units
-                        x[self.n_theta - len(self.bias_outputs) + self.bias_outputs.index(self.outputs[pos])] /= rms
+                if not (math.isfinite(rms) and rms > 0):
+                    continue
+                if g >= no:
+                    self.ref_cv[g - no] *= rms
+                    continue
+                self.sigma[self.o_idx[g]] *= rms
+                name = self.outputs[g]  # keep the sensor offsets in plant units
+                if name in self.bias_outputs:
+                    x[base + self.bias_outputs.index(name)] /= rms
+                if name in self.drift_outputs:
+                    x[base + len(self.bias_outputs) + self.drift_outputs.index(name)] /= rms
             sol = least_squares(self.residuals, x, bounds=(lo, hi), method="trf", x_scale="jac",
                                 max_nfev=max_nfev, verbose=verbose)
             nfev += sol.nfev
@@ -239,11 +398,11 @@ class SysIdProblem:
         n, k = J.shape
         rho = np.full(self.spec.n_outputs, np.nan)
         meat = np.zeros((k, k))
-        for pos, j in enumerate(self.o_idx):
-            sel = blocks == pos
+        for g in range(self.n_groups):
+            sel = blocks == g
             rr = r[sel]
-            # lag-1 autocorrelation within runs (adjacent residual pairs of one output)
-            rho[j] = _lag1(rr)
+            if g < len(self.outputs):  # lag-1 autocorrelation within runs (adjacent residual pairs)
+                rho[self.o_idx[g]] = _lag1(rr)
             f = long_run_factor(rr)
             s2 = float(np.mean(rr ** 2)) if rr.size else 1.0
             Jj = J[sel]
@@ -268,6 +427,15 @@ class SysIdProblem:
         sv = np.linalg.svd(J[:, :npar] / np.maximum(np.linalg.norm(J[:, :npar], axis=0), 1e-300),
                            compute_uv=False) if n else None
         ns = len(self.init_states)
+        sensor_ci = {}
+        base = self.n_theta - self.n_sensor
+        for kind, names_, off, vals in (("bias", self.bias_outputs, 0, self.bias_of(theta)),
+                                        ("drift", self.drift_outputs, len(self.bias_outputs), self.drift_of(theta))):
+            for pos, name in enumerate(names_):
+                c = base + off + pos
+                s = self.sigma[self.spec.index("outputs", name)] * math.sqrt(max(cov_t[c, c], 0.0))
+                v = vals[self.outputs.index(name)]
+                sensor_ci[f"{kind}.{name}"] = [float(v - Z95 * s), float(v + Z95 * s)]
         return FitResult(
             params=self.params, values=values, std=std,
             ci95=np.stack([values - Z95 * std, values + Z95 * std], axis=1),
@@ -279,155 +447,19 @@ class SysIdProblem:
             init_values=[self.x0_of(theta, i)[self.s_idx] for i in range(len(self.runs))] if ns else [],
             jac_singular_values=sv,
             biases={n: float(b) for n, b in zip(self.outputs, self.bias_of(theta)) if n in self.bias_outputs},
+            drifts={n: float(d) for n, d in zip(self.outputs, self.drift_of(theta)) if n in self.drift_outputs},
+            sensor_ci95=sensor_ci,
+            lags={n: float(v) for n, v in zip(self.lag_inputs, self.lags_of(theta))},
+            lag_ci95={n: [float(v - Z95 * LAG_SCALE_S * math.sqrt(max(cov_t[c, c], 0.0))),
+                          float(v + Z95 * LAG_SCALE_S * math.sqrt(max(cov_t[c, c], 0.0)))]
+                      for n, v, c in zip(self.lag_inputs, self.lags_of(theta),
+                                         range(base - len(self.lag_inputs), base))},
+            ref_cv={n: float(c) for n, c in zip(self.ref_outputs, self.ref_cv)},
         )
 
     def profile_interval(self, result: FitResult, name: str, n_points: int = 7, width: float = 3.0,
                          max_nfev: int = 30):
-        """Profile-likelihood 95 % interval of one parameter: fix it on a grid of +/- width std,
-        refit the others, find where the (inflation-corrected) chi-square rises by 3.84.
-        Returns dict(grid, delta_chi2, ci95) in plant units."""
-        i = self.params.index(name)
-        theta_hat = self.theta_of(result.values)
-        for pos, n in enumerate(self.bias_outputs):
-            theta_hat[self.n_theta - len(self.bias_outputs) + pos] = (
-                result.biases[n] / self.sigma[self.spec.index("outputs", n)])
-        if self.init_states:
-            for r in range(len(self.runs)):
-                off = len(self.params) + r * len(self.init_states)  # noqa: E501
-                theta_hat[off:off + len(self.init_states)] = (
-                    (result.init_values[r] - self.x0[r][self.s_idx]) / self.s_scale)
-        lo, hi = self.bounds()
-        free = np.array([j for j in range(theta_hat.size) if j != i])
-        blocks = self.output_blocks()
-        r_hat = self.residuals(theta_hat)
-        infl = np.array([long_run_factor(r_hat[blocks == pos]) for pos in range(len(self.o_idx))])
+        """Profile-likelihood 95 % interval of one parameter (hil/calibration/checks.py)."""
+        from hil.calibration.checks import profile_interval
 
-        def chi2(th):
-            rr = self.residuals(th)
-            return float(sum(np.sum(rr[blocks == pos] ** 2) / infl[pos] for pos in range(len(self.o_idx))))
-
-        c0 = chi2(theta_hat)
-        grid = result.values[i] + np.linspace(-width, width, n_points) * result.std[i]
-        out = []
-        for v in grid:
-            th = theta_hat.copy()
-            th[i] = (v - self.base_p[self.p_idx[i]]) / self.p_scale[i]
-            if not lo[i] <= th[i] <= hi[i]:
-                out.append(math.nan)
-                continue
-            if free.size:
-                sol = least_squares(lambda z: self.residuals(np.insert(z, i, th[i])), th[free],
-                                    bounds=(lo[free], hi[free]), method="trf", x_scale="jac",
-                                    max_nfev=max_nfev)
-                th[free] = sol.x
-            out.append(chi2(th) - c0)
-        d = np.array(out)
-        ci = [_crossing(grid[:n_points // 2 + 1][::-1], d[:n_points // 2 + 1][::-1]),
-              _crossing(grid[n_points // 2:], d[n_points // 2:])]
-        return {"parameter": name, "grid": grid.tolist(), "delta_chi2": d.tolist(), "ci95": ci}
-
-
-def _crossing(x, d, level=3.841458820694124):
-    """First x where d crosses `level` going outward (linear interpolation); NaN if never."""
-    for a in range(len(x) - 1):
-        if math.isfinite(d[a]) and math.isfinite(d[a + 1]) and d[a] < level <= d[a + 1]:
-            f = (level - d[a]) / (d[a + 1] - d[a])
-            return float(x[a] + f * (x[a + 1] - x[a]))
-    return math.nan
-
-
-def long_run_factor(r: np.ndarray) -> float:
-    """Long-run variance / variance of a residual series (Bartlett window, bandwidth
-    2 sqrt(n)): how much less information correlated residuals carry than white ones, >= 1."""
-    n = r.size
-    if n < 8:
-        return 1.0
-    a = r - r.mean()
-    g0 = float(a @ a)
-    if g0 <= 0:
-        return 1.0
-    L = min(int(2 * math.sqrt(n)), n // 4)
-    f = 1.0
-    for lag in range(1, L + 1):
-        f += 2.0 * (1.0 - lag / (L + 1)) * float(a[:-lag] @ a[lag:]) / g0
-    return max(f, 1.0)
-
-
-def _lag1(r: np.ndarray) -> float:
-    if r.size < 4:
-        return 0.0
-    a = r - r.mean()
-    den = float(a @ a)
-    return float(np.clip((a[:-1] @ a[1:]) / den, -0.99, 0.99)) if den > 0 else 0.0
-
-
-def identifiability(result: FitResult, corr_limit: float = 0.95, rel_limit: float = 0.5) -> list[dict]:
-    """Findings: which parameters the data cannot pin down, and why."""
-    out = []
-    n = len(result.params)
-    for a in range(n):
-        for b in range(a + 1, n):
-            c = result.corr[a, b]
-            if math.isfinite(c) and abs(c) >= corr_limit:
-                out.append({"kind": "correlated", "params": [result.params[a], result.params[b]],
-                            "corr": float(c),
-                            "why": f"corr({result.params[a]}, {result.params[b]}) = {c:+.3f}: the data pin "
-                                   "down a combination of the two, not each (excite the plant so their "
-                                   "effects differ, or fix one)"})
-    for i, name in enumerate(result.params):
-        v, s = result.values[i], result.std[i]
-        rel = s / abs(v) if v else math.inf
-        if not math.isfinite(rel) or rel > rel_limit:
-            out.append({"kind": "weak", "params": [name], "rel_std": float(rel),
-                        "why": f"{name}: std/value = {rel:.0%}: the fitted outputs are barely sensitive to it "
-                               "on these runs (log an output it drives, or runs that excite it)"})
-        if name in result.at_bound:
-            out.append({"kind": "at_bound", "params": [name],
-                        "why": f"{name} stopped at its physical bound: the model needs it beyond; "
-                               "suspect an unmodelled effect or a unit mismatch"})
-    sv = result.jac_singular_values
-    if sv is not None and sv.size and sv[0] > 0 and sv[-1] / sv[0] < 1e-4:
-        out.append({"kind": "ill_conditioned", "params": list(result.params),
-                    "why": f"column-normalized Jacobian condition {sv[0] / sv[-1]:.2e}: near-collinear "
-                           "sensitivities"})
-    return out
-
-
-def per_run_fits(problem: SysIdProblem, pooled: FitResult, **kw) -> list[FitResult]:
-    """Each run fitted alone, starting from the pooled estimate (same parameters)."""
-    out = []
-    for r, run in enumerate(problem.runs):
-        sub = SysIdProblem(problem.module, [run], problem.params, base_params=problem.base_p,
-                           x0=[problem.x0[r]], init_states=problem.init_states, outputs=problem.outputs,
-                           sigma={n: problem.sigma[problem.spec.index("outputs", n)] for n in problem.outputs},
-                           correction=None, bias_outputs=problem.bias_outputs)
-        sub.sim = problem.sim
-        th = sub.theta_of(pooled.values)
-        for pos, n in enumerate(problem.bias_outputs):
-            th[sub.n_theta - len(problem.bias_outputs) + pos] = pooled.biases[n] / sub.sigma[sub.spec.index("outputs", n)]
-        if problem.init_states:
-            ns = len(problem.init_states)
-            th[len(problem.params):len(problem.params) + ns] = (
-                (pooled.init_values[r] - problem.x0[r][problem.s_idx]) / problem.s_scale)
-        out.append(sub.fit(th, reweight=False, **kw))
-    return out
-
-
-def spread_ranges(problem: SysIdProblem, pooled: FitResult, per_run: list[FitResult]) -> dict:
-    """[gaps.randomize.plant.<param>] tables from the run-to-run spread of the estimates:
-    uniform over [min, max] of the per-run estimates widened by each run's 95 % half-width
-    (with a single run: the pooled 95 % interval), clipped to the physical bounds."""
-    spec = problem.spec
-    out = {}
-    for i, name in enumerate(pooled.params):
-        q = spec.quantity("params", name)
-        if len(per_run) >= 2:
-            lo = min(f.values[i] - Z95 * f.std[i] for f in per_run)
-            hi = max(f.values[i] + Z95 * f.std[i] for f in per_run)
-        else:
-            lo, hi = pooled.ci95[i]
-        lo, hi = max(lo, q.low), min(hi, q.high)
-        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-            lo, hi = q.low, q.high
-        out[name] = {"dist": "uniform", "low": float(lo), "high": float(hi)}
-    return out
+        return profile_interval(self, result, name, n_points, width, max_nfev)

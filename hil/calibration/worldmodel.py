@@ -129,7 +129,9 @@ def compare(wm: WorldModel, runs, sims, spec, horizon: int = 60) -> dict:
             ms_rows.append((e_wm, e_sim, spread, np.concatenate([y[k0], u[k0]])))
     rms = lambda a: [float(math.sqrt(np.mean(c ** 2))) if c.size else math.nan for c in a.T]  # noqa: E731
     one_wm, one_sim = np.concatenate(one_wm), np.concatenate(one_sim)
+    units = {n: spec.outputs[j].unit for n, j in zip(names, o)}
     report = {"outputs": names, "horizon_samples": horizon, "sigma": dict(zip(names, map(float, sg))),
+              "unit": units,
               "one_step_rmse_sigma": {"world_model": dict(zip(names, rms(one_wm))),
                                       "simulator": dict(zip(names, rms(one_sim)))}}
     if not ms_rows:
@@ -144,10 +146,15 @@ def compare(wm: WorldModel, runs, sims, spec, horizon: int = 60) -> dict:
     var_names = names + [spec.inputs[j].name for j in wm.inputs]
     regions, diverging = [], []
     for v, vname in enumerate(var_names):
-        edges = np.quantile(Zs[:, v], [0, 1 / 3, 2 / 3, 1])
-        for b in range(3):
-            sel = (Zs[:, v] >= edges[b]) & (Zs[:, v] <= edges[b + 1]) if b == 2 else (
-                (Zs[:, v] >= edges[b]) & (Zs[:, v] < edges[b + 1]))
+        levels = np.unique(Zs[:, v])
+        if levels.size <= 3:  # a few-level input (on/off, two set points): one region per level
+            bins = [(lv, lv, Zs[:, v] == lv) for lv in levels]
+        else:  # terciles, without empty or zero-width bins where values repeat
+            edges = np.unique(np.quantile(Zs[:, v], [0, 1 / 3, 2 / 3, 1]))
+            bins = [(edges[b], edges[b + 1], (Zs[:, v] >= edges[b]) & (
+                (Zs[:, v] <= edges[b + 1]) if b == edges.size - 2 else (Zs[:, v] < edges[b + 1])))
+                    for b in range(edges.size - 1)]
+        for lo_v, hi_v, sel in bins:
             if sel.sum() < 3:
                 continue
             for oi, oname in enumerate(names):
@@ -155,25 +162,36 @@ def compare(wm: WorldModel, runs, sims, spec, horizon: int = 60) -> dict:
                 ew = float(np.sqrt(np.mean(E_wm[sel, oi] ** 2)))
                 sp = float(np.mean(S[sel, oi]))
                 div = es > DIVERGE_SIGMA and es > DIVERGE_RATIO * ew and sp < es
-                row = {"variable": vname, "low": float(edges[b]), "high": float(edges[b + 1]),
+                row = {"variable": vname, "low": float(lo_v), "high": float(hi_v),
                        "output": oname, "n": int(sel.sum()), "sim_rmse_sigma": es,
                        "world_model_rmse_sigma": ew, "ensemble_spread_sigma": sp, "diverges": bool(div)}
                 regions.append(row)
                 if div:
-                    diverging.append(f"{oname} where {vname} in [{edges[b]:.4g}, {edges[b + 1]:.4g}] "
-                                     f"(simulator {es:.1f} sigma, world model {ew:.1f} sigma)")
+                    where = f"= {lo_v:.4g}" if lo_v == hi_v else f"in [{lo_v:.4g}, {hi_v:.4g}]"
+                    s_raw, u_ = sg[oi], units[oname]
+                    diverging.append(f"{oname} where {vname} {where} (simulator {es * s_raw:.3g} {u_}, world model "
+                                     f"{ew * s_raw:.3g} {u_}; {es:.1f} and {ew:.1f} noise sigma)")
     report["regions"] = regions
     report["diverging_regions"] = diverging
     return report
 
 
-def region_table(report: dict) -> str:
-    lines = [f"{'output':18s} {'region':34s} {'n':>5s} {'sim':>7s} {'wm':>7s} {'spread':>7s}"]
-    for r in report.get("regions", []):
+def region_table(report: dict, all_rows: bool = False) -> str:
+    """The regions where the world model beats the simulator (all regions with all_rows), RMS
+    error `horizon` samples ahead in each output's unit, with a title that says so."""
+    rows = report.get("regions", [])
+    shown = rows if all_rows else [r for r in rows if r["diverges"]]
+    sig, unit = report.get("sigma", {}), report.get("unit", {})
+    lines = [f"world model vs simulator on the held-out runs: RMS error {report.get('horizon_samples')} samples "
+             f"ahead per operating region ({len(shown)} of {len(rows)} regions shown"
+             + ("" if all_rows else ": those where the simulator is off and the world model does better") + ")",
+             f"{'output':18s} {'region':34s} {'n':>5s} {'simulator':>12s} {'world model':>12s} {'spread':>10s}  unit"]
+    for r in shown:
+        s = sig.get(r["output"], 1.0)
         reg = f"{r['variable']} [{r['low']:.4g}, {r['high']:.4g}]"
-        flag = "  <- diverges" if r["diverges"] else ""
-        lines.append(f"{r['output']:18s} {reg:34s} {r['n']:5d} {r['sim_rmse_sigma']:7.2f} "
-                     f"{r['world_model_rmse_sigma']:7.2f} {r['ensemble_spread_sigma']:7.2f}{flag}")
+        lines.append(f"{r['output']:18s} {reg:34s} {r['n']:5d} {r['sim_rmse_sigma'] * s:12.4g} "
+                     f"{r['world_model_rmse_sigma'] * s:12.4g} {r['ensemble_spread_sigma'] * s:10.4g}  "
+                     f"{unit.get(r['output'], '')}")
     return "\n".join(lines)
 
 
@@ -184,14 +202,22 @@ def region_plot(report: dict, path) -> str:
     import matplotlib.pyplot as plt
 
     rows = report.get("regions", [])
-    labels = [f"{r['output']}|{r['variable']}[{r['low']:.3g},{r['high']:.3g}]" for r in rows]
-    x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(rows)), 4.5))
-    ax.bar(x - 0.2, [r["sim_rmse_sigma"] for r in rows], 0.4, label="simulator")
-    ax.bar(x + 0.2, [r["world_model_rmse_sigma"] for r in rows], 0.4, label="world model")
-    ax.set_xticks(x, labels, rotation=90, fontsize=6)
-    ax.set_ylabel(f"RMS error at {report['horizon_samples']} samples [sigma]")
-    ax.legend()
+    outs = list(dict.fromkeys(r["output"] for r in rows)) or ["(none)"]
+    per = max(1, max(sum(r["output"] == o for r in rows) for o in outs))
+    # one panel per output, regions as horizontal bars: ~1300 x 750 px for 4 outputs x 33 regions
+    fig, axes = plt.subplots(1, len(outs), figsize=(min(14.0, 3.6 * len(outs)), min(12.0, 1.5 + 0.2 * per)),
+                             squeeze=False, sharey=True)
+    for ax, o in zip(axes[0], outs):
+        rr = [r for r in rows if r["output"] == o]
+        s = report.get("sigma", {}).get(o, 1.0)
+        y = np.arange(len(rr))
+        ax.barh(y - 0.2, [r["sim_rmse_sigma"] * s for r in rr], 0.4, color="tab:red", label="simulator")
+        ax.barh(y + 0.2, [r["world_model_rmse_sigma"] * s for r in rr], 0.4, color="tab:blue", label="world model")
+        ax.set_yticks(y, [f"{r['variable']} [{r['low']:.3g}, {r['high']:.3g}]" for r in rr], fontsize=6)
+        ax.set_title(o, fontsize=8)
+        ax.set_xlabel(f"RMS error at {report['horizon_samples']} samples [{report.get('unit', {}).get(o, '')}]",
+                      fontsize=7)
+    axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

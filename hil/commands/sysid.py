@@ -26,6 +26,12 @@ class BadInput(click.ClickException):
 @click.option("--init", "init_states", default="", help="Comma-separated initial states to fit per run.")
 @click.option("--outputs", default=None, help="Comma-separated outputs to fit (default: every measured one).")
 @click.option("--bias", "bias_outputs", default="", help="Comma-separated outputs whose sensor bias is fitted with the parameters.")
+@click.option("--drift", "drift_outputs", default="",
+              help="Comma-separated outputs whose sensor drift (per hour, from each run's start) is fitted with the "
+                   "parameters; identifiable against reference columns (role = \"reference\").")
+@click.option("--fit-lag", "lag_inputs", default="",
+              help="Comma-separated inputs whose actuator lag (first-order time constant, s) is fitted with the "
+                   "parameters, from the logged commands.")
 @click.option("--noise-outputs", default=None, help="Outputs whose sensor gaps to fit (default: every measured one).")
 @click.option("--shooting-h", type=float, default=None,
               help="Multiple-shooting segment length, hours of run time (default: single shooting).")
@@ -42,7 +48,8 @@ class BadInput(click.ClickException):
 @click.option("--no-plots", is_flag=True, help="Skip the residual plots.")
 @click.option("--windows", type=int, default=6, show_default=True,
               help="Windows per run for the re-estimation of --params along each run (trend findings); 0: off.")
-def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, noise_outputs, shooting_h,
+def command(scenario, data, column_map, params, init_states, outputs, bias_outputs, drift_outputs, lag_inputs,
+            noise_outputs, shooting_h,
             profile_param, residual_states, residual_features, holdout, world_model, horizon, unit, out,
             no_plots, windows) -> None:
     """Fit plant parameters, noise profiles and spread to logs of the real unit."""
@@ -73,14 +80,27 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
                 cm.profile_inputs[name] = [tuple(x) for x in inp.profile]
             elif inp.value is not None:
                 u0[spec.index("inputs", name)] = inp.value
-        runs = logs.read_runs(data, spec, cm, u0)
         names = [p for p in params.split(",") if p]
         for n in names:
             spec.index("params", n)
+        # every name checked before the (minutes-long) fit
+        r_states = [_state_of(module, s, "--residual-states") for s in residual_states.split(",") if s]
+        residual_states = ",".join(r_states)
+        if residual_features:
+            residual_features = ",".join(_feature_of(module, f) for f in residual_features.split(",") if f)
+        for opt, names_, kind in (("--bias", bias_outputs, "outputs"), ("--drift", drift_outputs, "outputs"),
+                                  ("--fit-lag", lag_inputs, "inputs")):
+            for n in (x for x in names_.split(",") if x):
+                if n not in spec.names(kind):
+                    raise BadInput(f"{opt}: {n!r} is not an {kind[:-1]} of {spec.name} "
+                                   f"({kind}: {', '.join(spec.names(kind))})")
+        runs = logs.read_runs(data, spec, cm, u0)
         problem = sysid.SysIdProblem(module, runs, names, base_params=p0, x0=x0,
                                      init_states=[s for s in init_states.split(",") if s],
                                      outputs=outputs.split(",") if outputs else None,
-                                     bias_outputs=[b for b in bias_outputs.split(",") if b])
+                                     bias_outputs=[b for b in bias_outputs.split(",") if b],
+                                     drift_outputs=[b for b in drift_outputs.split(",") if b],
+                                     lag_inputs=[b for b in lag_inputs.split(",") if b])
     except KeyError as exc:
         raise BadInput(str(exc.args[0])) from None
     except (ConfigError, ValueError) as exc:
@@ -93,7 +113,8 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
     findings, warnings = what_the_model_lacks(problem, pooled, per_run, sims, names, windows)
     nouts = noise_outputs.split(",") if noise_outputs else sorted(
         set().union(*[r.measured_outputs(spec) for r in runs]))
-    profiles = noise.fit_noise_profiles(runs, sims, spec, nouts)
+    ref_runs, ref_offsets = noise.reference_offsets(problem, pooled, nouts)
+    profiles = noise.fit_noise_profiles(ref_runs, sims, spec, nouts, ref_offsets)
     residual = None
     try:
         held = logs.read_runs(holdout, spec, cm, u0) if holdout else None
@@ -111,6 +132,7 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
         model.save(npz)
         residual["file"] = Path(npz).name
     doc = report.fitted_document(problem, pooled, per_run, spread, profiles, findings, unit=unit,
+                                 sources=[str(Path(f).resolve()) for f in data],
                                  profile=prof, residual=residual, warnings=warnings)
     if world_model:
         from hil.calibration import worldmodel
@@ -123,20 +145,24 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
             "one_step_rmse_sigma": wm_report["one_step_rmse_sigma"],
             "multi_step_rmse_sigma": wm_report.get("multi_step_rmse_sigma", {}),
             "diverging_regions": wm_report["diverging_regions"]}
-        click.echo(worldmodel.region_table(wm_report))
+        wm_table = worldmodel.region_table(wm_report)
         if not no_plots:
             Path(out).with_suffix(".plots").mkdir(parents=True, exist_ok=True)
             f = worldmodel.region_plot(wm_report, Path(out).with_suffix(".plots") / "world_model_regions.png")
             doc["sysid"]["world_model"]["plot"] = str(Path(f).relative_to(Path(out).parent))
     if not no_plots:
-        files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"))
+        files = report.residual_plots(problem, sims, Path(out).with_suffix(".plots"), theta=problem.theta_from(pooled))
         doc["sysid"]["residual_plots"] = [str(Path(f).relative_to(Path(out).parent)) for f in files]
     report.write_fitted(out, doc)
     report.print_summary(click.echo, pooled, per_run, findings, profiles, prof, warnings=warnings)
+    if world_model:
+        click.echo(wm_table)
     if residual:
         for n in residual["rmse_without"]:
-            click.echo(f"residual model, {residual['evaluated_on']}, {n}: weighted RMS "
-                       f"{residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f}")
+            u = residual["unit"][n]
+            click.echo(f"residual model, {residual['evaluated_on']}, {n}: RMS error "
+                       f"{residual['rmse_without_raw'][n]:.4g} {u} -> {residual['rmse_with_raw'][n]:.4g} {u} "
+                       f"(noise-weighted {residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f})")
     click.echo(f"wrote {out}")
 
 
@@ -152,7 +178,7 @@ def what_the_model_lacks(problem, pooled, per_run, sims, params, windows: int) -
     out += lacks.bound_findings(problem, pooled)
     if len(per_run) > 1:
         out += lacks.spread_findings(pooled, per_run)
-    out += lacks.correlation_findings(problem, sims)
+    out += lacks.correlation_findings(problem, sims, theta=problem.theta_from(pooled))
     if windows > 0:
         unit = {p: problem.spec.quantity("params", p).unit for p in params}
         out += lacks.trend_findings(lacks.windowed_estimates(problem, pooled, params, n_windows=windows),
@@ -164,3 +190,45 @@ def _theta(problem, pooled):
     from hil.calibration.residual_fit import _theta as th
 
     return th(problem, pooled)
+
+
+def _state_of(module, name: str, opt: str) -> str:
+    """A state name for `name`: a state itself, or an output that reads exactly one state
+    (dissolved_oxygen -> dissolved_o2); else a BadInput naming the option and the states."""
+    import numpy as np
+
+    spec = module.SPEC
+    if name in spec.names("states"):
+        return name
+    if name in spec.names("outputs"):
+        j = spec.index("outputs", name)
+        x, u, p = spec.nominal("states"), spec.nominal("inputs"), spec.nominal("params")
+        y0, y1 = np.zeros(spec.n_outputs), np.zeros(spec.n_outputs)
+        module.outputs(x, u, p, y0)
+        moved = []
+        for i, q in enumerate(spec.states):
+            x2 = x.copy()
+            x2[i] += 1e-3 * max(abs(x[i]), q.high - q.low)
+            module.outputs(x2, u, p, y1)
+            if abs(y1[j] - y0[j]) > 1e-12 * (abs(y0[j]) + 1e-12):
+                moved.append(q.name)
+        if len(moved) == 1:
+            return moved[0]
+        raise BadInput(f"{opt}: {name!r} is an output of {spec.name} that reads "
+                       f"{'no state' if not moved else 'states ' + ', '.join(moved)}: name a state "
+                       f"({', '.join(spec.names('states'))})")
+    raise BadInput(f"{opt}: {name!r} is not a state of {spec.name} (states: {', '.join(spec.names('states'))})")
+
+
+def _feature_of(module, f: str) -> str:
+    """x.<state> (an output name reading one state accepted) or u.<input>; else BadInput."""
+    spec = module.SPEC
+    kind, _, name = f.partition(".")
+    if kind == "x":
+        return "x." + _state_of(module, name, f"--residual-features {f!r}")
+    if kind == "u" and name in spec.names("inputs"):
+        return f
+    if kind == "u":
+        raise BadInput(f"--residual-features {f!r}: {name!r} is not an input of {spec.name} "
+                       f"(inputs: {', '.join(spec.names('inputs'))})")
+    raise BadInput(f"--residual-features {f!r}: expected x.<state> or u.<input>")

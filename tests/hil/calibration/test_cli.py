@@ -201,3 +201,28 @@ def test_sysid_cli_bad_log_exit_2_naming_column_and_row(project, tmp_path):
                                   "--params", "mu_x", "--out", str(tmp_path / "f.toml")])
     assert r.exit_code == 2
     assert "column 'DO_pct', row 1: 'n/a?' is not a number" in r.output
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--residual-states", "oxygen"], "--residual-states: 'oxygen' is not a state of bioreactor"),
+    (["--residual-states", "co2", "--residual-features", "x.dissolved_oxygen,u.stirrer"],
+     "'stirrer' is not an input of bioreactor"),
+    (["--drift", "oxygen"], "--drift: 'oxygen' is not an output of bioreactor"),
+    (["--fit-lag", "pump"], "--fit-lag: 'pump' is not an input of bioreactor"),
+])
+def test_names_are_checked_before_the_fit(project, extra, message):
+    d = project
+    r = CliRunner().invoke(main, ["sysid", "--scenario", str(d / "scenario.toml"), "--map", str(d / "map.toml"),
+                                  "--data", str(d / "run0.csv"), "--params", "mu_x", "--no-plots",
+                                  "--out", str(d / "never.toml")] + extra)
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output and "pooled fit" not in r.output  # refused before fitting
+
+
+def test_an_output_name_is_accepted_for_the_state_it_reads():
+    from hil.commands.sysid import _feature_of, _state_of
+
+    assert _state_of(truth.MODULE, "dissolved_oxygen", "--residual-states") == "dissolved_o2"
+    assert _feature_of(truth.MODULE, "x.dissolved_oxygen") == "x.dissolved_o2"
+    assert _state_of(truth.MODULE, "ph", "--residual-states") == "h_ion"

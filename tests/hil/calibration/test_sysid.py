@@ -132,7 +132,18 @@ def test_world_model_flags_the_unmodelled_channel_by_region(fitted):
     assert all(d.startswith("co2 ") for d in rep["diverging_regions"]), rep["diverging_regions"]
     rows = [r for r in rep["regions"] if r["output"] == "co2" and r["variable"] == "aeration_rate"]
     assert any(r["diverges"] for r in rows)
-    assert "aeration_rate" in worldmodel.region_table(rep)
+    table = worldmodel.region_table(rep)
+    assert "aeration_rate" in table and table.startswith("world model vs simulator on the held-out runs")
+    assert "mmol/L" in table  # errors in the output's unit, not in noise sigmas only
+    assert len(table.splitlines()) == 2 + len(rep["diverging_regions"])  # only the regions that matter
+    import tempfile
+
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as td:
+        f = worldmodel.region_plot(rep, f"{td}/wm.png")
+        w, h = Image.open(f).size
+    assert w <= 1300 and h <= 1100, (w, h)  # was 4536 x 405
 
 
 def test_interval_coverage_over_replicates():
@@ -154,3 +165,50 @@ def test_interval_coverage_over_replicates():
         for i, n in enumerate(res.params):
             covered[n] += res.ci95[i][0] <= tr.params[n] <= res.ci95[i][1]
     assert all(c >= 17 for c in covered.values()), covered
+
+
+def test_an_unknown_pump_lag_is_fitted_with_an_interval():
+    """--fit-lag: the feed pump's 10 min lag (truth.py) fitted from the logged commands,
+    its 95 % interval covering 600 s, and the parameters back inside theirs."""
+    runs = truth.runs(3)
+    pb = SysIdProblem(truth.MODULE, runs, FIT, x0=truth.x0(), outputs=OUTS, bias_outputs=["glucose"],
+                      lag_inputs=["feed_rate"])
+    res = pb.fit()
+    lo, hi = res.lag_ci95["feed_rate"]
+    assert lo <= truth.TRUTH.lag_tau_s["feed_rate"] <= hi, res.lag_ci95  # measured 564 [477, 651] s
+    assert hi - lo < 300.0
+    for i, n in enumerate(FIT):
+        assert res.ci95[i][0] <= truth.TRUE_PARAMS[n] <= res.ci95[i][1], (n, res.values[i], res.ci95[i])
+
+
+def test_lag_filter_is_the_interval_mean_and_continuous_at_zero():
+    from hil.calibration.logs import lag_filter
+
+    t = np.arange(0.0, 600.0, 60.0)
+    v = np.where(t < 120.0, 0.0, 1.0)
+    assert np.array_equal(lag_filter(t, v, 0.0), v)
+    assert np.allclose(lag_filter(t, v, 1e-9), v, atol=1e-9)
+    # against a fine Euler integration of dz/dt = (v - z) / tau, averaged over each interval
+    tau = 90.0
+    fine = np.arange(0.0, 600.0, 0.01)
+    vf = np.where(fine < 120.0, 0.0, 1.0)
+    z = np.empty_like(fine)
+    z[0] = 0.0
+    for k in range(1, fine.size):
+        z[k] = z[k - 1] + 0.01 * (vf[k - 1] - z[k - 1]) / tau
+    mean = z.reshape(t.size, -1).mean(axis=1)
+    assert np.allclose(lag_filter(t, v, tau), mean, atol=1e-3)  # Euler at 0.01 s: ~1e-4
+
+
+def test_a_two_level_input_gives_one_region_per_level():
+    from hil.calibration import worldmodel
+
+    runs = truth.runs(2, hours=4.0)
+    for r in runs:  # a two-level aeration (20 / 38 L/h, switched every hour)
+        r.U[:, truth.SPEC.index("inputs", "aeration_rate")] = np.where((r.t_s // 3600) % 2 == 0, 20.0, 38.0)
+    wm = worldmodel.train(runs[:1], truth.SPEC, OUTS)
+    pb = SysIdProblem(truth.MODULE, runs, FIT, x0=truth.x0(), outputs=OUTS)
+    sims = [pb.sim.run(r, pb.p_of(pb.theta_of()), truth.x0())[:2] for r in runs[1:]]
+    rep = worldmodel.compare(wm, runs[1:], sims, truth.SPEC, horizon=20)
+    air = {(r["low"], r["high"]) for r in rep["regions"] if r["variable"] == "aeration_rate"}
+    assert air == {(20.0, 20.0), (38.0, 38.0)}, air  # was [20, 38], [38, 38], [38, 38]
