@@ -48,10 +48,10 @@ bench: $(STAMP)
 	$(RECORD) shield -- $(BIN)/python benchmarks/shield.py
 	$(RECORD) panda_loop -- $(BIN)/python benchmarks/panda_loop.py --wall 10
 	$(RECORD) gym_speed -- $(BIN)/python benchmarks/gym_speed.py
-	$(RECORD) campaign_throughput -- $(BIN)/python benchmarks/campaign_throughput.py
 
 bench-long: bench
 	$(RECORD) sysid_speed -- $(BIN)/python benchmarks/sysid_speed.py
+	$(RECORD) campaign_throughput -- $(BIN)/python benchmarks/campaign_throughput.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -60,11 +60,13 @@ def _worker_run(run, out_dir: str, realtime):
 
 
 def run_local(campaign, runs, out_dir: Path, workers: int, on_result: Callable[[dict], None],
-              realtime: bool | None = None) -> None:
-    """Execute `runs` on a pool of `workers` warm processes; on_result(result) per finished run."""
+              realtime: bool | None = None, cold: bool = False) -> None:
+    """Execute `runs` on a pool of `workers` warm processes; on_result(result) per finished run.
+    cold=True: a fresh worker process per run (imports and the Numba cache paid by every run), the
+    reference benchmarks/campaign_throughput.py measures the warm pool against."""
     ctx = mp.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
-                               initargs=(campaign,))
+                               initargs=(campaign,), max_tasks_per_child=1 if cold else None)
     pending: dict = {}
     todo = list(runs)
     attempts: dict = {}

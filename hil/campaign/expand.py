@@ -33,8 +33,12 @@ class RunSpec:
         return asdict(self)
 
 
-def fault_start(fault: dict, name: str, seed: int) -> float:
+def fault_start(fault: dict, name: str, seed: int, scenario: str | None = None) -> float:
+    """The fault's start in simulated s for one seed: start_s as given, or drawn from [low, high];
+    a table {scenario: start} gives each scenario its own (schema.py checks every one is there)."""
     st = fault.get("start_s", 0.0)
+    if isinstance(st, dict):
+        st = st[scenario]
     if isinstance(st, list):
         rng = np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(name.encode())])
         return float(rng.uniform(st[0], st[1]))
@@ -51,7 +55,7 @@ def expand(c: Campaign, canaries: bool = True) -> list[RunSpec]:
                 continue
             for seed in c.seed_list():
                 runs.append(RunSpec(f"{ref.name}.{fname}.s{seed}", ref.name, fname, int(seed),
-                                    fault_start(f, fname, seed), float(f.get("duration_s", math.inf)), dur))
+                                    fault_start(f, fname, seed, ref.name), float(f.get("duration_s", math.inf)), dur))
     if canaries:
         by_name = {ref.name: ref for ref in c.scenarios}
         for cname, cn in c.canaries.items():
@@ -60,7 +64,7 @@ def expand(c: Campaign, canaries: bool = True) -> list[RunSpec]:
             fname = f"canary.{cname}"
             for seed in c.canary_seeds(cname):
                 runs.append(RunSpec(f"{ref.name}.{fname}.s{seed}", ref.name, fname, int(seed),
-                                    fault_start(cn.fault, fname, seed), float(cn.fault.get("duration_s", math.inf)),
+                                    fault_start(cn.fault, fname, seed, ref.name), float(cn.fault.get("duration_s", math.inf)),
                                     dur, canary=cname))
     return runs
 

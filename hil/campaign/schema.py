@@ -264,7 +264,7 @@ def parse_campaign(data: dict, source: str = "", base_dir: str | Path = ".") -> 
 def _check_fault_for(c: Campaign, f: dict, path: str, s: ScenarioRef, sc, module, source: str) -> None:
     from hil.campaign.faults import REALTIME_ONLY, check_fault
 
-    _check_window(f, path, source)
+    _check_window(f, path, source, s.name)
     try:
         check_fault(f, path, sc.plant.load().spec, module)  # the scenario's spec: built from a model file too
     except ConfigError as exc:
@@ -280,13 +280,17 @@ def _check_fault_for(c: Campaign, f: dict, path: str, s: ScenarioRef, sc, module
                           f"scenarios = [...] (scenario {s.name!r})", source=source)
 
 
-def _check_window(f: dict, path: str, source: str) -> None:
+def _check_window(f: dict, path: str, source: str, scenario: str | None = None) -> None:
     st = f.get("start_s", 0.0)
-    if isinstance(st, list):
-        if len(st) != 2 or not st[0] <= st[1] or st[0] < 0:
-            raise ConfigError(f"{path}.start_s", f"{st}: [low, high] with 0 <= low <= high", source=source)
-    elif not (isinstance(st, (int, float)) and st >= 0 and math.isfinite(st)):
-        raise ConfigError(f"{path}.start_s", f"{st!r} is not a time >= 0 (s)", source=source)
+    if isinstance(st, dict):  # one start (or [low, high]) per scenario: where each scenario's process moves
+        if scenario is not None and scenario not in st:
+            raise ConfigError(f"{path}.start_s", f"no start for scenario {scenario!r} (the table has "
+                              f"{', '.join(sorted(st)) or 'none'}; limit the fault with scenarios = [...])",
+                              source=source)
+        for name, one in st.items():
+            _check_start(one, f"{path}.start_s.{name}", source)
+    else:
+        _check_start(st, f"{path}.start_s", source)
     d = f.get("duration_s", math.inf)
     if not (isinstance(d, (int, float)) and d > 0):
         raise ConfigError(f"{path}.duration_s", f"{d!r} is not a duration > 0 (s; inf = to the end)", source=source)
@@ -295,6 +299,14 @@ def _check_window(f: dict, path: str, source: str) -> None:
     sa = f.get("stop_after_s", math.inf)
     if not (isinstance(sa, (int, float)) and sa >= 0):
         raise ConfigError(f"{path}.stop_after_s", f"{sa!r} is not a duration >= 0 (s)", source=source)
+
+
+def _check_start(st, path: str, source: str) -> None:
+    if isinstance(st, list):
+        if len(st) != 2 or not st[0] <= st[1] or st[0] < 0:
+            raise ConfigError(path, f"{st}: [low, high] with 0 <= low <= high", source=source)
+    elif not (isinstance(st, (int, float)) and not isinstance(st, bool) and st >= 0 and math.isfinite(st)):
+        raise ConfigError(path, f"{st!r} is not a time >= 0 (s)", source=source)
 
 
 def applies(fault: dict, scenario_name: str) -> bool:

@@ -39,11 +39,14 @@ def _console():
 @click.option("--address", default=None, help="Ray cluster address (with --executor ray).")
 @click.option("--workers", type=int, default=0, help="Local pool size (default: [campaign].workers or the CPUs).")
 @click.option("--only", multiple=True, metavar="RUN_ID", help="Run only these runs.")
+@click.option("--scenario", "scenarios", multiple=True, metavar="NAME",
+              help="Run only this scenario's runs and canaries (repeatable; with --only: both must hold).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line: the summary as one JSON object.")
 @click.option("--dashboard", "dashboard", default=None, metavar="[HOST:]PORT",
               help="Serve the campaign's progress on the live dashboard (hil dashboard OUT_DIR) while it runs.")
-def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progress, as_json, dashboard) -> None:
+def run_cmd(campaign_file, out_dir, executor, address, workers, only, scenarios, no_progress, as_json,
+            dashboard) -> None:
     """Run CAMPAIGN_FILE (completed runs in the output directory are skipped)."""
     from hil.campaign.report import write_reports
     from hil.campaign.runner import run_campaign
@@ -58,6 +61,14 @@ def run_cmd(campaign_file, out_dir, executor, address, workers, only, no_progres
     out = c.out_dir(out_dir)
     from hil.campaign.expand import expand
 
+    if scenarios:  # the campaign narrowed to these scenarios (their runs and their canaries)
+        unknown = sorted(set(scenarios) - {s.name for s in c.scenarios})
+        if unknown:
+            err.print(f"[red]usage[/red] --scenario {unknown[0]!r}: the campaign's scenarios are "
+                      f"{', '.join(s.name for s in c.scenarios)}")
+            sys.exit(2)
+        c = c.model_copy(update={"scenarios": [s for s in c.scenarios if s.name in scenarios],
+                                 "canaries": {k: v for k, v in c.canaries.items() if v.scenario in scenarios}})
     n = len(expand(c))
     err.print(f"[bold]hil campaign[/bold] {c.name}: {n} runs ({len(c.scenarios)} scenario(s) x faults x "
               f"{len(c.seed_list())} seeds), {c.campaign.mode}, executor {executor}; results in {out.resolve()}")

@@ -339,3 +339,29 @@ def test_ctrl_c_stops_every_worker_and_resume_finishes(tmp_path):
     assert r.returncode == 1  # the stuck agitator fails its criterion, as before
     assert len(list((out / "results").glob("*.json"))) == 2
     assert json.loads((out / "last_execution.json").read_text())["runs_executed"] == 2 - len(done_before)
+
+
+@pytest.mark.timeout(2400)  # 6 runs of 10 h of the batch; loaded, one takes a minute or two
+def test_shipped_plc_faults_at_their_documented_size_are_seen(tmp_path):
+    """Issue 20: the five PLC faults the criteria used to miss (a frozen DO reading, the base pump
+    capped, an observation delay, actuation jitter, a PLC restart), each at its documented size
+    and window, move the process past a threshold of the no-fault twin; the twin passes.
+    `--scenario plc` narrows the campaign to that scenario's runs and canaries."""
+    shipped = ROOT / "configs/campaigns/bioreactor_faults.toml"
+    kinds = ["do_stuck", "base_saturated", "obs_latency_spike", "act_jitter", "plc_restart"]
+    only = [x for f in ["none"] + kinds for x in ("--only", f"plc.{f}.s1")]
+    r = _run(["campaign", "run", str(shipped), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress",
+              "--json", "--scenario", "plc"] + only, tmp_path, timeout=2300)
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 6 and set(summary["canaries"]) == {"do_loop_open", "do_stuck_5h", "ph_bias_double",
+                                                                 "do_drift_double"}, summary["canaries"]
+    base = json.loads((tmp_path / "out" / "results" / "plc.none.s1.json").read_text())
+    assert base["verdict"] == "pass", base["criteria"]
+    for f in kinds:
+        res = json.loads((tmp_path / "out" / "results" / f"plc.{f}.s1.json").read_text())
+        assert res.get("error") is None and res["seen"] is True, (f, res.get("error"), res["criteria"])
+    assert summary["seen"]["plc|do_stuck"] == {"seen": 1, "runs": 1, "rate": 1.0}, summary["seen"]
+    # the canaries were left out (--only): not run, so the campaign is not called valid
+    assert r.returncode == 3 and not summary["valid"], r.stderr[-2000:]
+    r2 = _run(["campaign", "run", str(shipped), "--scenario", "nope", "--out", str(tmp_path / "o2")], tmp_path)
+    assert r2.returncode == 2 and "--scenario 'nope'" in r2.stderr, r2.stderr

@@ -31,6 +31,16 @@ def test_expand_scenarios_faults_seeds_with_stable_drawn_starts():
     assert starts == [r.start_s for r in expand(parse_campaign(_camp())) if r.fault == "stuck"]
 
 
+def test_a_start_per_scenario_draws_each_scenario_in_its_own_window():
+    c = parse_campaign(_camp(faults={"stuck": {"kind": "sensor_stuck", "signal": "ph", "duration_s": 5.0,
+                                               "start_s": {"plc": [100.0, 200.0]}}}))
+    starts = [r.start_s for r in expand(c)]
+    assert len(starts) == 3 and all(100.0 <= s <= 200.0 for s in starts) and len(set(starts)) == 3
+    fixed = parse_campaign(_camp(faults={"stuck": {"kind": "sensor_stuck", "signal": "ph", "duration_s": 5.0,
+                                                   "start_s": {"plc": 42.0}}}))
+    assert [r.start_s for r in expand(fixed)] == [42.0] * 3
+
+
 def test_shipped_campaigns_parse():
     from hil.campaign.schema import load_campaign
 
@@ -54,6 +64,10 @@ def test_shipped_campaigns_parse():
     ({"faults": {"p": {"kind": "policy_nan", "start_s": 1.0}}}, "faults.p.scenarios"),
     ({"faults": {"s": {"kind": "sensor_bias", "signal": "ph", "bias": 1.0, "start_s": [5.0, 1.0]}}},
      "faults.s.start_s"),
+    ({"faults": {"s": {"kind": "sensor_bias", "signal": "ph", "bias": 1.0, "start_s": {"policy": 5.0}}}},
+     "faults.s.start_s"),
+    ({"faults": {"s": {"kind": "sensor_bias", "signal": "ph", "bias": 1.0, "start_s": {"plc": [5.0, 1.0]}}}},
+     "faults.s.start_s.plc"),
     ({"criteria": [{"name": "e", "kind": "envelope", "envelope": "nope"}]}, "criteria[0].envelope"),
     ({"criteria": [{"name": "i", "kind": "iae", "signal": "y.ph"}]}, "criteria[0].setpoint"),
     ({"criteria": [{"name": "b", "kind": "bounds", "signal": "y.ph", "faults": ["nope"]}]}, "criteria[0].faults"),
