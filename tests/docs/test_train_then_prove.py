@@ -41,7 +41,7 @@ def test_the_recipe_runs_as_written(tmp_path):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from hil.bus_config import declared_bus_input_names
+    from hil.bus_config import action_input_names, declared_bus_input_names
     from hil.config import load_scenario
     from hil.policy.features import FeatureMap
     from hil.policy.loader import load_version
@@ -62,10 +62,13 @@ def test_the_recipe_runs_as_written(tmp_path):
     assert isinstance(venv, VecNormalize)
     df = read_recording(work / "runs" / "shadow" / "rec")
     fmap = FeatureMap(spec, pol.features)
-    span = np.array([spec.quantity("inputs", n).high - spec.quantity("inputs", n).low for n in pol.actions])
-    # the env's action order is the scenario's declared one; the decision log's is the policy's
+    # the env's action order is the scenario's declared one; the decision log's is the bus's
+    # (hil.bus_config.action_input_names): compare by name
+    log_order = action_input_names(load_scenario(cfg), spec)
+    assert sorted(log_order) == sorted(pol.actions)
+    span = np.array([spec.quantity("inputs", n).high - spec.quantity("inputs", n).low for n in log_order])
     env_order = declared_bus_input_names(load_scenario(cfg), spec)
-    to_policy = [env_order.index(n) for n in pol.actions]
+    to_policy = [env_order.index(n) for n in log_order]
     recs = [json.loads(line) for line in open(work / "runs" / "shadow" / "decisions.jsonl")]
     dec = [r for r in recs if r.get("event") == "decision"]
     assert dec and {r["mode"] for r in dec} == {"shadow"}
