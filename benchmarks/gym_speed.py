@@ -55,7 +55,7 @@ import fair  # noqa: E402
 import numba  # noqa: E402
 
 import hil.gym  # noqa: E402
-from hil.loop.step import batch_step, batch_step_serial  # noqa: E402  (the kernel alone)
+from hil.loop.step import fused_kernels  # noqa: E402  (the kernel alone)
 
 CONFIG = ROOT / "configs" / "bioreactor_gym.toml"
 GOAL_US_PER_INSTANCE_STEP = 2.0  # CPU us per instance-step on the vector env (1e6 steps/s on 2 free cores)
@@ -121,7 +121,9 @@ def main(argv=None) -> int:
         log(f"vector env N = {n}: {vec[str(n)]:,.0f} steps/s (wall)")
     m = v.model
     c = v.corr
-    args_k = (v.advance, m.plant_step, v.outputs_of, m.plant_outputs, v.run, v.K, v.Tp, v.X, v.Z, v.D, v.P,
+    kern = fused_kernels(m.plant_model)  # what the vector env calls (specialised to the plant, cached)
+    batch_step, batch_step_serial = kern.batch_step, kern.batch_step_serial
+    args_k = (*kern.prefix, v.run, v.K, v.Tp, v.X, v.Z, v.D, v.P,
               v.Ucmd, v.Uclip, v.Uapp, v.Y, v.Ymeas, v.W, (), v.Aact, v.Asen, v.counts, v.status, m.u_lo,
               m.u_hi, m.x_lo, m.x_hi, m.x_tol, v.Xout, c[0], c[1], c[2], c[3], v.C_incr, v.Rows, m.step_s,
               m.dt_plant, m.substeps)
