@@ -308,7 +308,7 @@ class Runtime:
             from adapters.process import start_servers
 
             log = str(Path(self.record_path) / "_modbus_requests.jsonl") if self.record else None
-            shared = str(Path(self.record_path) / "dual_writable.txt") if self.record else None
+            shared = str(Path(self.record_path) / "_dual_writable.txt") if self.record else None
             self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log,
                                             shared_list=shared)
         for server in self._children:

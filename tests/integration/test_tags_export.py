@@ -116,8 +116,8 @@ def test_export_reads_a_live_server(tmp_path):
         col = df[f"meas.{s}"]
         assert col.min() - 1e-9 <= by_id <= col.max() + 1e-9
     # the dual-writable actuators: one log line, the full list in the run directory
-    listed = (Path(json.loads(out.strip().splitlines()[-1])["record_path"]) / "dual_writable.txt").read_text().split()
+    listed = (Path(json.loads(out.strip().splitlines()[-1])["record_path"]) / "_dual_writable.txt").read_text().split()
     assert "gen_5.p_set" in listed and "line_10.open_cmd" in listed and len(listed) == len(set(listed)) > 500
     lines = [ln for ln in err.splitlines() if "also writable over OPC UA" in ln]
-    assert len(lines) == 1 and len(lines[0]) < 400 and "dual_writable.txt" in lines[0]
+    assert len(lines) == 1 and len(lines[0]) < 400 and "_dual_writable.txt" in lines[0]
     assert np.isfinite(list(wire.values())).all()
