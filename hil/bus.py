@@ -186,7 +186,7 @@ class LoopBusEndpoint:
         self,
         *,
         obs_addrs: list[str],
-        action_addr: str,
+        action_addr: str | None,
         n_outputs: int,
         n_inputs: int,
         action_names: list[str],
@@ -226,10 +226,12 @@ class LoopBusEndpoint:
         self._key_path: str | None = None  # the key file this endpoint created (build), removed by close
         self._ctx = zmq.Context()
         self._obs_socks = [open_socket(self._ctx, zmq.PUSH, a, bind=True, hwm=hwm) for a in obs_addrs]
-        self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm,
-                                        max_bytes=max_frame_bytes("action", n_outputs, n_inputs, len(action_names)))
         self._poller = zmq.Poller()
-        self._poller.register(self._action_sock, zmq.POLLIN)
+        self._action_sock = None  # none when the shield decides in the loop (hil/loop/shield_bus.py)
+        if action_addr is not None:
+            self._action_sock = open_socket(self._ctx, zmq.PULL, action_addr, bind=True, hwm=hwm,
+                                            max_bytes=max_frame_bytes("action", n_outputs, n_inputs, len(action_names)))
+            self._poller.register(self._action_sock, zmq.POLLIN)
         self._sender = Sender("obs", key)
         self._rx = Receiver("action", payload_schema("action", n_outputs, n_inputs, len(action_names)), key)
         self._n_outputs, self._n_inputs = n_outputs, n_inputs
@@ -298,7 +300,7 @@ class LoopBusEndpoint:
             prepare_policy_dir(ensure_private_dir(run_dir(section, name)), policy_confinement(scenario.policy))
         ep = cls(
             obs_addrs=[section.endpoint("obs_policy", name), section.endpoint("obs_safety", name)],
-            action_addr=section.endpoint("action", name),
+            action_addr=cls._action_endpoint(section, name),
             n_outputs=spec.n_outputs,
             n_inputs=spec.n_inputs,
             action_names=names,
@@ -320,7 +322,20 @@ class LoopBusEndpoint:
             from hil.bus_auth import KEY_FILE, run_dir
 
             ep._key_path = os.path.join(run_dir(section, name), KEY_FILE)
+        try:
+            ep._configure(section, scenario, spec)
+        except BaseException:
+            ep.close()
+            raise
         return ep
+
+    def _configure(self, section, scenario, spec) -> None:
+        """What a subclass adds once the sockets and the key exist (hil/loop/shield_bus.py)."""
+
+    @staticmethod
+    def _action_endpoint(section, name: str) -> str | None:
+        """Where the safety process's actions arrive (None: no action socket)."""
+        return section.endpoint("action", name)
 
     # ---- per step ----
     def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
@@ -462,8 +477,11 @@ class LoopBusEndpoint:
     def in_fallback(self) -> bool:
         return self._in_fallback
 
+    def _sockets(self) -> list:
+        return self._obs_socks + ([self._action_sock] if self._action_sock is not None else [])
+
     def close(self) -> None:
-        for sock in self._obs_socks + [self._action_sock]:
+        for sock in self._sockets():
             sock.close(0)
         self._ctx.term()
         if self._key_path:  # the run is over: its secret goes with it

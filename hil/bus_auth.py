@@ -9,7 +9,7 @@ with a secret the loop creates for each run:
     tag = BLAKE2b(body, key = channel key, digest_size = TAG_BYTES)
     channel key = BLAKE2b(b"", key = run secret, person = b"hil:" + channel)
 
-A channel ("obs", "proposal", "action", "command", "advice", "control") gets its own key, so a
+A channel ("obs", "proposal", "action", "command", "advice", "control", "supervisor") gets its own key, so a
 message captured on one socket (e.g. the advice PUB socket, which any local process can
 subscribe to over tcp) is never valid on another (e.g. the loop's action socket). Receivers
 check the tag (hmac.compare_digest) before anything else: a message without the secret never
@@ -53,7 +53,7 @@ CHANNEL_KEYS_ENV = "HIL_BUS_CHANNEL_KEYS"
 KEY_FILE = "key"
 KEY_BYTES = 32
 TAG_BYTES = 16  # 128-bit tag: forging one takes 2**128 tries, far beyond a run's lifetime
-CHANNELS = ("obs", "proposal", "action", "command", "advice", "control")
+CHANNELS = ("obs", "proposal", "action", "command", "advice", "control", "supervisor")
 CONTROL_MAX_AGE_NS = 30_000_000_000  # a signed operator request is valid for 30 s of wall time
 
 

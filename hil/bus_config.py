@@ -29,8 +29,10 @@ from pydantic import Field
 
 from hil.config import StrictModel, outside_bounds
 
-ENDPOINT_NAMES = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control")
-POLICY_ENDPOINTS = ("obs_policy", "proposal", "command")  # what the policy process connects to
+ENDPOINT_NAMES = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control",
+                  "proposal_loop", "supervisor")
+# what the policy process connects to (proposal_loop: [safety] placement = "loop", the shield's inbox)
+POLICY_ENDPOINTS = ("obs_policy", "proposal", "command", "proposal_loop")  # what the policy process connects to
 IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
 
 

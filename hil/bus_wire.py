@@ -55,8 +55,8 @@ import numpy as np
 from hil.bus_auth import TAG_BYTES, channel_key
 
 SCHEMA_VERSION = 2  # 1 was the msgpack map format
-KINDS = ("obs", "proposal", "action", "command")
-KIND_CODES = {"obs": 1, "proposal": 2, "action": 3, "command": 4}
+KINDS = ("obs", "proposal", "action", "command", "supervisor")
+KIND_CODES = {"obs": 1, "proposal": 2, "action": 3, "command": 4, "supervisor": 5}
 HEADER = struct.Struct("<BBHHHqqqdq")
 HEADER_BYTES = HEADER.size  # 48
 MAX_MEMBERS = 64  # ensemble members a proposal may carry
@@ -65,6 +65,7 @@ MAX_MESSAGE_BYTES = 1 << 20  # a ceiling for sockets whose frames are not the bu
 MAX_CONTROL_BYTES = 64 << 10  # an operator request (a small msgpack map + tag)
 FLAG_LOCKSTEP = 1  # obs
 FLAG_ADVICE = 1  # action
+FLAG_ALLOW_POLICY = 1  # supervisor: the policy's proposals may act (else the shield's fallback law)
 
 QUALITY_GOOD, QUALITY_UNCERTAIN, QUALITY_BAD = 0, 1, 2
 
@@ -99,6 +100,9 @@ def payload_schema(kind: str, n_outputs: int, n_inputs: int, n_actions: int) -> 
         return {"a": ("vec", n_actions), "source": ("str", 0), "mode": ("str", 0), "advice": ("optvec", n_actions)}
     if kind == "command":
         return {"op": ("str", 0), "version": ("str", 0), "reason": ("str", 0)}
+    if kind == "supervisor":  # the safety process's decision for the in-loop shield (hil/loop/shield_bus.py)
+        return {"allow": ("bool", 0), "lo": ("bandvec", n_actions), "hi": ("bandvec", n_actions),
+                "mode": ("str", 0), "reason": ("str", 0)}
     raise KeyError(f"unknown message kind {kind!r}")
 
 
@@ -113,6 +117,8 @@ def max_frame_bytes(kind: str, n_outputs: int, n_inputs: int, n_actions: int) ->
         return HEADER_BYTES + 8 * 2 * n_actions + 2 * (2 + MAX_STR) + TAG_BYTES
     if kind == "command":
         return HEADER_BYTES + 3 * (2 + MAX_STR) + TAG_BYTES
+    if kind == "supervisor":
+        return HEADER_BYTES + 8 * 2 * n_actions + 2 * (2 + MAX_STR) + TAG_BYTES
     raise KeyError(f"unknown message kind {kind!r}")
 
 
@@ -251,6 +257,16 @@ class Sender:
         frame = self._header(step, t_s, 0, 0, 0) + pack_str(op) + pack_str(version) + pack_str(reason)
         return frame + self._sign(frame)
 
+    def encode_supervisor(self, step: int, t_s: float, allow: bool, lo: np.ndarray, hi: np.ndarray, mode: str,
+                          reason: str) -> bytes:
+        """A supervisor decision (the safety process to the loop's shield): whether the policy may
+        act, the envelope band [lo, hi] per action input (plant units; +-inf: no band), the
+        rollout mode and why (answers observation `step`)."""
+        n = len(lo)
+        frame = b"".join((self._header(step, t_s, FLAG_ALLOW_POLICY if allow else 0, n, 0), _f8_bytes(lo),
+                          _f8_bytes(hi, n), self._str(mode), pack_str(reason)))
+        return frame + self._sign(frame)
+
     def encode(self, step: int, t_s: float, payload: dict) -> bytes:
         """Next message from a payload map (the fields of `payload_schema`; vectors as lists or
         arrays). ValueError for a payload the format cannot carry (a sender's bug)."""
@@ -270,6 +286,9 @@ class Sender:
             adv = p["advice"]
             return self.encode_action(step, t_s, np.asarray(p["a"], dtype=_F8), p["source"], p["mode"],
                                       None if adv is None else np.asarray(adv, dtype=_F8))
+        if kind == "supervisor":
+            return self.encode_supervisor(step, t_s, bool(p["allow"]), np.asarray(p["lo"], dtype=_F8),
+                                          np.asarray(p["hi"], dtype=_F8), p["mode"], p["reason"])
         return self.encode_command(step, t_s, p["op"], p["version"], p["reason"])
 
 
@@ -331,6 +350,8 @@ class Receiver:
             self._q_good = bytes(self._n0)  # every quality Good
         elif kind in ("proposal", "action"):
             self._n0, self._n1 = schema["a"][1], 0
+        elif kind == "supervisor":
+            self._n0, self._n1 = schema["lo"][1], 0
         else:
             self._n0 = self._n1 = 0
         self._floats: dict[int, struct.Struct] = {}  # count -> struct of that many float64
@@ -340,7 +361,7 @@ class Receiver:
             self.min_bytes = HEADER_BYTES + TAG_BYTES
             self.max_bytes = max_frame_bytes(kind, 0, 0, self._n0)
         self._body = {"obs": self._obs, "proposal": self._proposal, "action": self._action,
-                      "command": self._command}[kind]
+                      "command": self._command, "supervisor": self._supervisor}[kind]
         self.last = (-1, -1)  # (sid, seq) of the last accepted message
         self.counters = {"received": 0, "accepted": 0, "superseded": 0}
         self.counters.update({c: 0 for c in DROP_COUNTERS})
@@ -470,3 +491,20 @@ class Receiver:
             raise _Bad("dropped_malformed")
         op, version, reason = _strings(raw, HEADER_BYTES, end, 3)
         return {"op": op, "version": version, "reason": reason}
+
+    def _supervisor(self, raw, end: int, flags: int, n0: int, n1: int) -> dict:
+        if flags & ~FLAG_ALLOW_POLICY or n1:
+            raise _Bad("dropped_malformed")
+        if n0 != self._n0:
+            raise _Bad("dropped_shape")
+        pos = HEADER_BYTES + 16 * n0
+        if pos > end:
+            raise _Bad("dropped_malformed")
+        mode, reason = _strings(raw, pos, end, 2)
+        f = np.frombuffer(raw, _F8, 2 * n0, HEADER_BYTES).copy()
+        lo, hi = f[:n0], f[n0:]
+        if np.isnan(f).any() or (lo == np.inf).any() or (hi == -np.inf).any():
+            raise _Bad("dropped_nonfinite")  # a band may be open (-inf, inf), never NaN or empty at infinity
+        if (lo > hi).any():
+            raise _Bad("dropped_malformed")
+        return {"allow": bool(flags & FLAG_ALLOW_POLICY), "lo": lo, "hi": hi, "mode": mode, "reason": reason}

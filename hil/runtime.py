@@ -220,6 +220,11 @@ class Runtime:
 
             # ---- the compiled step (hil/loop/step.py) over this run's arrays ----
             self.columns = columns_for(spec)
+            self.shield_in_loop = sc.bus is not None and sc.safety is not None and sc.safety.placement == "loop"
+            if self.shield_in_loop:
+                from hil.loop.shield_bus import SOURCE_COLUMN
+
+                self.columns.append(SOURCE_COLUMN)  # each step's shield source (written in the decide stage)
             self.loop_step = LoopStep(self.plant, self.gaps, self.correction, step_s=self.step_s, seed=sc.loop.seed,
                                  x_tol=self.state_bounds.tol, x_out=self.state_bounds.steps_out,
                                  n_columns=len(self.columns))
@@ -240,9 +245,15 @@ class Runtime:
                 if self.run_dir_note:
                     self.scenario = sc = pinned
                     self.warnings.append(self.run_dir_note)
-                from hil.bus import LoopBusEndpoint
+                if self.shield_in_loop:  # the compiled shield decides here, the safety process supervises
+                    from hil.loop.shield_bus import ShieldBusEndpoint
 
-                self.bus = LoopBusEndpoint.build(sc.bus, sc, spec)
+                    self.bus = ShieldBusEndpoint.build(sc.bus, sc, spec)
+                    self.bus.attach(self.y_meas, self.u_app)
+                else:
+                    from hil.bus import LoopBusEndpoint
+
+                    self.bus = LoopBusEndpoint.build(sc.bus, sc, spec)
 
             # ---- recording ----
             self.record = sc.recording.enabled if record is None else record
@@ -301,7 +312,7 @@ class Runtime:
                 "randomized": self.drawn,
                 "started_utc": datetime.now(timezone.utc).isoformat(),
             }
-            self.recorder = Recorder(self.record_path, self.columns, meta, dtypes=column_dtypes(self.spec),
+            self.recorder = Recorder(self.record_path, self.columns, meta, dtypes=self._column_dtypes(),
                                      flush_interval_s=self.scenario.recording.flush_interval_s,
                                      block_when_full=self.lockstep)
         if self.start_servers and self.start_processes:
@@ -328,6 +339,14 @@ class Runtime:
                                             restart=sec.restart, respawn=launch.respawn_safety)
         else:
             self._policy_handles = None
+
+    def _column_dtypes(self) -> dict[str, str]:
+        dtypes = column_dtypes(self.spec)
+        if self.shield_in_loop:
+            from hil.loop.shield_bus import SOURCE_COLUMN
+
+            dtypes[SOURCE_COLUMN] = "int8"
+        return dtypes
 
     def _stop_children(self) -> dict:
         """Stop helper processes; returns the safety wrapper's and the servers' final counters."""
@@ -481,6 +500,8 @@ class Runtime:
             safety_lost = self.safety_watch.check(steps - 1, t_s)
         if self._policy_handles is not None:  # policy dead or hung: alarm, restart ([policy] restart)
             self._supervise_policy(steps - 1, t_s)
+        if self.shield_in_loop:
+            self._watch_supervisor(steps - 1, t_s)
         if not (stop or safety_lost):
             self.gc.tick()
         if self._reporter is not None:
@@ -489,6 +510,20 @@ class Runtime:
             raise RunStopped("process died", "; ".join(stop), EXIT_PROCESS_DIED)
         if safety_lost:
             raise RunStopped("safety lost", safety_lost, EXIT_SAFETY_LOST)
+
+    def _watch_supervisor(self, step: int, t_s: float) -> None:
+        """The shield's supervisor (the safety process) silent past [safety] supervisor_silence_s:
+        an alarm while it lasts (the shield's fallback acts meanwhile: hil/loop/shield_bus.py)."""
+        bus = self.bus
+        active = [a for a in self.alarms.items if a.kind == "supervisor_silent" and a.active]
+        spoke = bus.decision_step >= 0
+        if bus.silent and not active and (spoke or t_s >= 5.0):  # never spoke: 5 sim s for its start
+            self.alarms.raise_("supervisor_silent", "safety process",
+                               f"no supervisor decision for more than {self.scenario.safety.supervisor_silence_s:g} "
+                               "sim s: the shield's fallback acts", step, t_s)
+        elif not bus.silent:
+            for alarm in active:
+                alarm.active = False
 
     def _supervise_policy(self, step: int, t_s: float) -> None:
         """The policy process's supervision (hil/safety/launch.py): its alarms (died, hung, not

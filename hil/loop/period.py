@@ -5,8 +5,9 @@ update -> write), each stage timed.
     read        hooks.pre (campaign faults, the lockstep PLC's scan); commanded inputs from the
                 process image (a torn read keeps the previous ones; stuck: repair / alarm),
                 profiles
-    decide      the bus: the policy's action through the safety wrapper into the bus inputs
-                (issue 22's shield goes here, after the bus)
+    decide      the bus: the policy's action through the safety wrapper into the bus inputs, or
+                ([safety] placement = "loop") the compiled shield on the policy's newest proposal
+                under the supervisor's newest decision (hil/loop/shield_bus.py)
     step        the compiled step (hil/loop/step.py): clip, actuator gaps, plant sub-steps,
                 residual correction, state check, outputs, sensor gaps, the recording row
     publish     measured outputs and applied inputs to the image (PLCs, SCADA) and the bus
@@ -72,6 +73,7 @@ def _run(rt, summary, acc) -> None:
     times = rt.stage_times
     now_ns = time.perf_counter_ns
     step = ls.step
+    shield_col = len(row) - 1 if getattr(rt, "shield_in_loop", False) else 0
     clock.start(0.0 if lockstep else 0.05)
     k = 0
     for k in range(rt.n_steps):
@@ -97,6 +99,8 @@ def _run(rt, summary, acc) -> None:
         t1 = now_ns()
         if bus is not None:
             bus.before_step(k, t, u_cmd, lockstep)
+            if shield_col:
+                row[shield_col] = bus.last_code  # the shield's source (the step leaves this column alone)
         # step (compiled)
         t2 = now_ns()
         n_out = step(k, wall_ns, late_ns * 1e-3)

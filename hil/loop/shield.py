@@ -173,6 +173,7 @@ class Shield:
         self.work = np.zeros((m + 6, 2 * n))
         self.band_lo = np.full(n, -np.inf)
         self.band_hi = np.full(n, np.inf)
+        self._entry = None  # shield_kernel's compiled entry point for the step's argument types
 
     def _fallback_laws(self, fb, spec) -> None:
         """[safety.fallback]: fixed values, joint PD blocks, hold (the default: the applied value)."""
@@ -200,10 +201,24 @@ class Shield:
 
     def step(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
              prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool = True) -> int:
-        """One shield step (see shield_kernel): `out` gets the action; returns the source code."""
-        return shield_kernel(self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
-                             allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
-                             self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
-                             self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
-                             self.act_u, self.q_ref, self.state, self.a, out, self.lo_eff, self.hi_eff, self.src,
-                             self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi)
+        """One shield step (see shield_kernel): `out` gets the action; returns the source code.
+        Called through the kernel's compiled entry point for these argument types once known
+        (the dispatcher's typing of 40 arguments costs tens of us a call)."""
+        args = (self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+                allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
+                self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
+                self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
+                self.act_u, self.q_ref, self.state, self.a, out, self.lo_eff, self.hi_eff, self.src,
+                self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi)
+        entry = self._entry
+        if entry is not None:
+            try:
+                return entry(*args)
+            except TypeError:  # an argument of another type than at binding: the dispatcher decides
+                self._entry = None
+        code = shield_kernel(*args)
+        if self._entry is None:
+            from hil.loop.step import LoopStep
+
+            self._entry = LoopStep._bind(shield_kernel, args)
+        return code

@@ -72,7 +72,7 @@ class PolicyRunner:
         self.fault = from_env("policy")  # a campaign's injected fault (HIL_FAULT_POLICY), else None
         self.counters = {"proposals": 0, "proposals_unsent": 0, "policy_errors": 0, "policy_invalid": 0,
                          "obs_superseded": 0, "obs_bad_quality": 0, "commands": 0, "command_errors": 0,
-                         "version_switches": 0}
+                         "version_switches": 0, "obs_skipped_rate": 0, "proposals_unsent_loop": 0}
         self.last_error = ""
         self.policy: LoadedPolicy
         self._install(load_policy(scenario.policy, scenario_path, version))
@@ -173,6 +173,12 @@ class PolicyRunner:
         obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm,
                           max_bytes=self.obs_rx.max_bytes)
         out = open_socket(ctx, zmq.PUSH, bus.endpoint("proposal", name), bind=False, hwm=bus.hwm)
+        sec = self.scenario.safety
+        # [safety] placement = "loop": the same proposal to the loop's shield first (the shorter path to
+        # the actuator), then to the supervisor; answered at [policy] rate_hz
+        to_loop = (open_socket(ctx, zmq.PUSH, bus.endpoint("proposal_loop", name), bind=False, hwm=bus.hwm)
+                   if sec is not None and sec.placement == "loop" else None)
+        every = self.scenario.policy.every_steps(self.scenario.loop.step_s)
         cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm,
                           max_bytes=self.cmd_rx.max_bytes)
         obs.setsockopt(zmq.RCVTIMEO, 200)  # ms: housekeeping (parent alive, status) while idle
@@ -197,18 +203,27 @@ class PolicyRunner:
                     for raw in drain(cmd, ready=True):
                         self.command(raw)
                 if first is not None:
-                    newest = decode(first)
-                    for raw in drain(obs):  # observations that queued while we computed: the newest wins
+                    # observations that queued while we computed: the newest one the policy answers at
+                    # its rate wins (every step without [policy] rate_hz)
+                    newest = None
+                    for raw in [first, *drain(obs)]:
                         msg = decode(raw)
-                        if msg is not None:
-                            if newest is not None:
-                                counters["obs_superseded"] += 1
-                            newest = msg
+                        if msg is None:
+                            continue
+                        if msg.step % every:
+                            counters["obs_skipped_rate"] += 1
+                            continue
+                        if newest is not None:
+                            counters["obs_superseded"] += 1
+                        newest = msg
                     if newest is not None and accept(newest):
                         data = answer(newest)
                         if data is not None:
                             # lockstep: the safety waits for us; wait for the connection at startup
                             retry_s = retry_lockstep_s if newest.payload["lockstep"] else 0.0
+                            if to_loop is not None and not (send_nowait(to_loop, data) or
+                                                             (retry_s and send_retry(to_loop, data, retry_s))):
+                                counters["proposals_unsent_loop"] += 1
                             if send_nowait(out, data) or (retry_s and send_retry(out, data, retry_s)):
                                 counters["proposals"] += 1
                             else:
@@ -221,8 +236,9 @@ class PolicyRunner:
                     if status_path:
                         write_json_atomic(status_path, self.status())
         finally:
-            for s in (obs, out, cmd):
-                s.close(0)
+            for s in (obs, out, cmd, to_loop):
+                if s is not None:
+                    s.close(0)
             ctx.term()
             if status_path:
                 write_json_atomic(status_path, self.status())

@@ -183,6 +183,24 @@ class PolicySection(StrictModel):
                                            "default: never (the safety's baseline holds)")
     uid: int = Field(default=65534, ge=1, le=2**31 - 2, description="when hil runs as root: the unprivileged uid "
                      "(and gid) the policy process runs as, kept out of the run directory (hil/confine.py)")
+    rate_hz: float | None = Field(default=None, gt=0, le=100_000, description="proposals per sim s: the policy "
+                                  "answers every observation whose step is a multiple of round(1 / (rate_hz * "
+                                  "step_s)) loop steps; default every step")
+    max_age_s: float | None = Field(default=None, gt=0, le=3600, description="[safety] placement = 'loop': sim s "
+                                    "a proposal may act after the observation it answers; older: the shield's "
+                                    "fallback acts ('fallback:late'). Default two proposal periods")
+
+    def every_steps(self, step_s: float) -> int:
+        """Loop steps between the observations the policy answers (>= 1)."""
+        if self.rate_hz is None:
+            return 1
+        return max(1, int(round(1.0 / (self.rate_hz * step_s))))
+
+    def max_age_steps(self, step_s: float) -> int:
+        """The proposal age bound in loop steps (hil/loop/shield.py)."""
+        if self.max_age_s is None:
+            return 2 * self.every_steps(step_s)
+        return max(0, int(math.floor(self.max_age_s / step_s + 1e-9)))
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -212,6 +230,18 @@ class PolicySection(StrictModel):
             problems.append(("policy.inputs", "no action inputs: list them or set driver = 'bus'"))
         if (self.entry or self.onnx) and not self.features:
             problems.append(("policy.features", "an entry or onnx policy needs its feature list"))
+        safety = getattr(scenario, "safety", None)
+        in_loop = safety is not None and safety.placement == "loop"
+        if self.rate_hz is not None and not in_loop:
+            problems.append(("policy.rate_hz", "a policy slower than the loop needs the in-loop shield "
+                             "([safety] placement = 'loop'): the safety process would decide the other steps "
+                             "without a proposal"))
+        if self.max_age_s is not None and not in_loop:
+            problems.append(("policy.max_age_s", "the proposal age bound is the in-loop shield's ([safety] "
+                             "placement = 'loop')"))
+        if self.rate_hz is not None and 1.0 / self.rate_hz < scenario.loop.step_s * (1 - 1e-9):
+            problems.append(("policy.rate_hz", f"{self.rate_hz:g} Hz is faster than the loop "
+                             f"({1.0 / scenario.loop.step_s:g} Hz)"))
         return problems
 
 
@@ -398,16 +428,52 @@ class SafetySection(StrictModel):
     restart: SafetyRestartSection | None = Field(
         default=None, description="start a dead or hung safety process again (it never resumes above its "
         "predecessor's mode); default: never")
+    placement: Literal["process", "loop"] = Field(
+        default="process", description="where the envelope is enforced: 'process' = the safety process decides "
+        "every step's action (one round trip per step); 'loop' = the compiled shield in the loop process "
+        "(hil/loop/shield.py) enforces it every step on the policy's newest proposal, and the safety process "
+        "supervises (signed decisions: mode, which controller acts, the limited envelope)")
+    supervisor_rate_hz: float = Field(default=50.0, gt=0, le=10_000, description="placement = 'loop', real time: "
+                                      "decisions per wall s the safety process sends when nothing changed "
+                                      "(a changed decision goes at once; lockstep: one per proposal)")
+    supervisor_silence_s: float = Field(default=0.1, gt=0, le=3600, description="placement = 'loop': sim s "
+                                        "without a supervisor decision before the shield puts the fallback on "
+                                        "(fail closed, alarm)")
     projection: ProjectionSection = Field(default_factory=ProjectionSection)
     confidence: ConfidenceSection = Field(default_factory=ConfidenceSection)
     fallback: FallbackSection = Field(default_factory=FallbackSection)
     monitor: MonitorSection = Field(default_factory=MonitorSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
 
+    def _shield_problems(self, spec, scenario) -> list[tuple[str, str]]:
+        """What the in-loop shield cannot enforce (placement = 'loop'), each with its key."""
+        problems = []
+        if self.fallback.loops:
+            problems.append(("safety.fallback.loops", "the in-loop shield has no PID fallback: use placement = "
+                             "'process' for this plant, or a fixed / hold / joint_pd fallback"))
+        for i, blk in enumerate(self.fallback.joint_pd):
+            if blk.gravity:
+                problems.append((f"safety.fallback.joint_pd[{i}].gravity", "the in-loop shield's joint PD has "
+                                 "no gravity model: the drive compensates it (gravity = false)"))
+        if self.projection.plant:
+            from hil.safety.projection import plant_module
+
+            try:
+                mod = plant_module(scenario.plant.load())
+            except Exception:  # the plant itself is reported by [plant] validation
+                mod = None
+            if mod is not None and getattr(mod, "SAFETY_LIMITS_COMPILED", None) is None:
+                problems.append(("safety.projection.plant", f"{spec.name} has no compiled limit families "
+                                 "(SAFETY_LIMITS_COMPILED): the in-loop shield cannot enforce them; use "
+                                 "placement = 'process'"))
+        return problems
+
     def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
         from hil.bus_config import action_input_names
 
         problems: list[tuple[str, str]] = []
+        if self.placement == "loop":
+            problems += self._shield_problems(spec, scenario)
         actions = action_input_names(scenario, spec)
         if scenario.policy is None:
             problems.append(("safety", "a [safety] section needs a [policy] section"))

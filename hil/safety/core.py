@@ -125,6 +125,7 @@ class SafetyCore:
         self.last_step = -1
         self.silent = False
         self.last_source = ""
+        self.band = (None, None)
         self.bad_signals: list[str] = []
         self.overridden: list[str] = []
         self.policy_lost = False
@@ -355,6 +356,7 @@ class SafetyCore:
         if mode == "limited":
             band_lo = np.maximum(self.lim_lo, base - self.lim_dev)
             band_hi = np.minimum(self.lim_hi, base + self.lim_dev)
+        self.band = (band_lo, band_hi)  # the limited-mode envelope (None: none), for the in-loop shield
         proj_p = None
         clips_p: list = []
         limits_ok = not unknown

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import zmq
 
 from hil.bus import (DRAIN_CAP, MAX_CONTROL_BYTES, QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
@@ -118,6 +119,16 @@ class SafetyProcess:
         self.obs_rx = Receiver("obs", payload_schema("obs", n_out, n_in, n_act), key)
         self.prop_rx = Receiver("proposal", payload_schema("proposal", n_out, n_in, n_act), key)
         self.action_tx = Sender("action", key)
+        # [safety] placement = "loop": this process supervises the loop's shield (hil/loop/shield_bus.py)
+        self.placement = scenario.safety.placement
+        self.sup_tx = Sender("supervisor", key)
+        self.every = scenario.policy.every_steps(scenario.loop.step_s)
+        self.sup_period_s = 1.0 / scenario.safety.supervisor_rate_hz
+        self._sup_last = None  # (step, t_s, allow, lo, hi, mode, reason) last sent
+        self._sup_sent_at = 0.0
+        self._last_lockstep = False
+        n_act = len(self.names)
+        self._open_lo, self._open_hi = np.full(n_act, -np.inf), np.full(n_act, np.inf)
         self.command_tx = Sender("command", key)
         self._advice_key = channel_key(key, "advice")
         self.control_auth = ControlAuth(key)
@@ -127,7 +138,7 @@ class SafetyProcess:
         self.c = {"actions_sent": 0, "actions_unsent": 0, "obs_unanswered": 0, "deadline_misses": 0,
                   "commands_sent": 0, "control_requests": 0, "control_refused": 0,
                   "control_malformed": 0, "control_unanswered": 0, "proposal_drain_capped": 0,
-                  "obs_bad_quality": 0, "obs_uncertain_quality": 0}
+                  "obs_bad_quality": 0, "obs_uncertain_quality": 0, "decisions_sent": 0, "decisions_unsent": 0}
         self.period_s = scenario.loop.period_s
         self._warm_up()
 
@@ -149,12 +160,17 @@ class SafetyProcess:
             d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True, q=p["q"])
         else:
             d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True)
-        data = self.action_tx.encode_action(obs.step, obs.t_s, d.action, d.source, d.mode, d.advice)
         retry_s = 0.25 * self.scenario.bus.lockstep_timeout_s if p["lockstep"] else 0.0
-        if send_nowait(socks["action"], data) or (retry_s and send_retry(socks["action"], data, retry_s)):
-            self.c["actions_sent"] += 1
+        if self.placement == "loop":
+            lo, hi = self.core.band
+            self._supervise(socks, obs.step, obs.t_s, d.source == "policy", self._open_lo if lo is None else lo,
+                            self._open_hi if hi is None else hi, d.mode, d.source, retry_s, always=p["lockstep"])
         else:
-            self.c["actions_unsent"] += 1
+            data = self.action_tx.encode_action(obs.step, obs.t_s, d.action, d.source, d.mode, d.advice)
+            if send_nowait(socks["action"], data) or (retry_s and send_retry(socks["action"], data, retry_s)):
+                self.c["actions_sent"] += 1
+            else:
+                self.c["actions_unsent"] += 1
         if d.advice is not None:  # the same message, signed for the advice channel only
             send_nowait(socks["advice"], sign(self._advice_key, data[:-TAG_BYTES]))
         if d.command is not None:
@@ -163,6 +179,32 @@ class SafetyProcess:
             if send_nowait(socks["command"], cmd) or (retry_s and send_retry(socks["command"], cmd, retry_s)):
                 self.c["commands_sent"] += 1
         self.core.finish()  # bookkeeping and log, off the round trip
+
+    def _supervise(self, socks, step: int, t_s: float, allow: bool, lo, hi, mode: str, reason: str,
+                   retry_s: float = 0.0, always: bool = False) -> None:
+        """Send a supervisor decision to the loop's shield when it changed (or `always`: lockstep,
+        where the loop waits for the decision on each proposal); `_heartbeat` repeats it."""
+        last = self._sup_last
+        changed = (last is None or last[2] != allow or last[5] != mode or not np.array_equal(last[3], lo)
+                   or not np.array_equal(last[4], hi))
+        self._sup_last = (step, t_s, allow, np.array(lo, dtype=float), np.array(hi, dtype=float), mode, reason)
+        if changed or always:
+            self._send_decision(socks, retry_s)
+
+    def _send_decision(self, socks, retry_s: float = 0.0) -> None:
+        step, t_s, allow, lo, hi, mode, reason = self._sup_last
+        data = self.sup_tx.encode_supervisor(step, t_s, allow, lo, hi, mode, reason)
+        if send_nowait(socks["supervisor"], data) or (retry_s and send_retry(socks["supervisor"], data, retry_s)):
+            self.c["decisions_sent"] += 1
+        else:
+            self.c["decisions_unsent"] += 1
+        self._sup_sent_at = time.monotonic()
+
+    def _heartbeat(self, socks, now: float) -> None:
+        """Real time, placement = "loop": the last decision again every 1 / supervisor_rate_hz wall s,
+        so the loop tells a silent supervisor from an unchanged one."""
+        if self._sup_last is not None and now - self._sup_sent_at >= self.sup_period_s:
+            self._send_decision(socks)
 
     def _control(self, req: bytes) -> bytes:
         self.c["control_requests"] += 1
@@ -247,7 +289,10 @@ class SafetyProcess:
                                max_bytes=self.obs_rx.max_bytes),
             "proposal": open_socket(ctx, zmq.PULL, ep("proposal"), bind=True, hwm=bus.hwm,
                                     max_bytes=self.prop_rx.max_bytes),
-            "action": open_socket(ctx, zmq.PUSH, ep("action"), bind=False, hwm=bus.hwm),
+            # placement = "process": every step's action to the loop; "loop": supervisor decisions
+            **({"supervisor": open_socket(ctx, zmq.PUSH, ep("supervisor"), bind=False, hwm=bus.hwm)}
+               if self.placement == "loop" else
+               {"action": open_socket(ctx, zmq.PUSH, ep("action"), bind=False, hwm=bus.hwm)}),
             "command": open_socket(ctx, zmq.PUSH, ep("command"), bind=True, hwm=bus.hwm),
             "advice": open_socket(ctx, zmq.PUB, ep("advice"), bind=True, hwm=bus.hwm),
             "control": open_socket(ctx, zmq.ROUTER, ep("control"), bind=True, hwm=bus.hwm,
@@ -269,15 +314,23 @@ class SafetyProcess:
         prop_decode, prop_accept = self.prop_rx.decode, self.prop_rx.accept
         core, c, poll, monotonic = self.core, self.c, poller.poll, time.monotonic
         deadline_of = {ls: bus.deadline_s(self.period_s, ls) for ls in (False, True)}  # s, by lockstep
+        in_loop, every = self.placement == "loop", self.every
+        if in_loop and bus.policy_deadline_s is None:  # the shield holds a proposal this long anyway
+            deadline_of[False] = max(deadline_of[False], self.scenario.policy.max_age_steps(
+                self.scenario.loop.step_s) * self.period_s)
         try:
             while not stop:
                 now = monotonic()
                 timeout_ms = 200.0 if pending is None else max(0.0, (pending[1] - now) * 1000.0)
+                if in_loop and self._sup_last is not None:  # wake for the heartbeat
+                    timeout_ms = min(timeout_ms, max(0.0, (self._sup_sent_at + self.sup_period_s - now) * 1000.0))
                 events = dict(poll(timeout_ms if timeout_ms >= 1.0 else (1 if timeout_ms > 0 else 0)))
                 if obs_sock in events:
                     newest = None
                     for raw in drain(obs_sock, ready=True):
                         msg = obs_decode(raw)
+                        if msg is not None and in_loop and msg.step % every:
+                            continue  # no proposal answers it ([policy] rate_hz): nothing to decide
                         if msg is not None and (newest is None or msg.step > newest.step):
                             if newest is not None:
                                 self.obs_rx.count("superseded")
@@ -286,6 +339,7 @@ class SafetyProcess:
                         if self.fault is not None:
                             self.fault.on_observation(newest.t_s)
                         p = newest.payload
+                        self._last_lockstep = p["lockstep"]
                         q = p["q"]
                         if q.any():
                             c["obs_bad_quality"] += bool((q == QUALITY_BAD).any())
@@ -333,6 +387,8 @@ class SafetyProcess:
                     ms = (now - pending[1]) * 1e3 + deadline_of[pending[0].payload["lockstep"]] * 1e3
                     self._decide(pending[0], None, socks, f"no valid proposal within {ms:.1f} ms")
                     pending = None
+                if in_loop and not self._last_lockstep:
+                    self._heartbeat(socks, now)
                 if now >= next_status:
                     next_status = now + 0.5
                     self._write_status()

@@ -1,0 +1,231 @@
+"""The loop's end of the bus when the shield decides in the loop ([safety] placement = "loop").
+
+Runtime assurance with the switch next to the actuator (issue 22). What crosses the bus:
+
+    loop -> policy, safety     observations, every step (as with placement = "process")
+    policy -> loop             proposals (channel "proposal", socket proposal_loop), at the
+                               policy's own rate ([policy] rate_hz); the policy sends the same
+                               proposal to the safety process
+    safety -> loop             supervisor decisions (channel "supervisor", a key only the loop and
+                               the safety process hold): whether the policy may act, the rollout
+                               mode, the limited-mode envelope band; enforced until superseded
+
+Per step k the loop takes the newest authenticated proposal and decision, and the compiled
+shield (hil/loop/shield.py `shield_kernel`) writes the bus inputs: the proposal projected on the
+envelope (box, rate on the applied value, the plant's state-dependent rows, the supervisor's
+band), or the fallback law (hold, fixed, joint PD) when the proposal is late (older than
+[policy] max_age_s after the observation it answers), the supervisor does not allow it, it is
+not finite, or a limit cannot be computed. No supervisor decision for [safety]
+supervisor_silence_s: the fallback acts ("fallback:supervisor_silent"), the runtime raises an
+alarm, until a decision arrives again (fail closed; also before the first decision).
+
+Each step's source is the recording's column `shield.source` (codes: SOURCE_NAMES) and a
+counter of the summary's `bus` section. Per-step actions no longer cross the bus; a forged or
+replayed proposal or decision is dropped and counted by its Receiver like every bus message.
+
+Lockstep: before step k, when a proposal is due for observation k-1 (every
+`[policy] rate_hz` period), the loop waits (bounded by [bus] lockstep_timeout_s) for the
+supervisor's decision on it and, if the decision lets the policy act, for the proposal: the run
+is reproducible. In real time nothing waits.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import zmq
+
+from hil.bus import DRAIN_CAP, LoopBusEndpoint, drain, open_socket
+from hil.bus_wire import Receiver, max_frame_bytes, payload_schema
+from hil.loop.shield import FALLBACK_MODE, SOURCE_NAMES as KERNEL_SOURCES, Shield
+
+FALLBACK_SILENT = len(KERNEL_SOURCES)  # the supervisor is silent (or has not spoken yet)
+SOURCE_NAMES = (*KERNEL_SOURCES, "fallback:supervisor_silent")
+SOURCE_COLUMN = "shield.source"
+
+
+def _counter(name: str) -> str:
+    return "shield_" + name.replace(":", "_") + "_steps"
+
+
+class ShieldBusEndpoint(LoopBusEndpoint):
+    """The loop's bus endpoint with the in-loop shield (module docstring). Built by
+    `ShieldBusEndpoint.build(section, scenario, spec)` like LoopBusEndpoint; `attach(y, u)`
+    gives it the loop's measured outputs and applied inputs (the step's own arrays)."""
+
+    @staticmethod
+    def _action_endpoint(section, name: str) -> None:
+        return None  # no per-step actions: proposals and supervisor decisions instead
+
+    def _configure(self, section, scenario, spec) -> None:
+        name = scenario.name
+        pol, sec = scenario.policy, scenario.safety
+        self.step_s = step_s = scenario.loop.step_s
+        n = len(self.action_names)
+        self.every = pol.every_steps(step_s)
+        self.max_age_steps = pol.max_age_steps(step_s)
+        self.silence_steps = max(1, int(np.ceil(sec.supervisor_silence_s / step_s - 1e-9)))
+        self.shield = Shield(scenario, spec, self.action_names, plant=scenario.plant.load(),
+                             max_age_steps=self.max_age_steps)
+        self._prop_sock = open_socket(self._ctx, zmq.PULL, section.endpoint("proposal_loop", name), bind=True,
+                                      hwm=section.hwm, max_bytes=max_frame_bytes("proposal", 0, 0, n))
+        self._sup_sock = open_socket(self._ctx, zmq.PULL, section.endpoint("supervisor", name), bind=True,
+                                     hwm=section.hwm, max_bytes=max_frame_bytes("supervisor", 0, 0, n))
+        self._prop_rx = Receiver("proposal", payload_schema("proposal", spec.n_outputs, spec.n_inputs, n), self.key)
+        self._sup_rx = Receiver("supervisor", payload_schema("supervisor", spec.n_outputs, spec.n_inputs, n),
+                                self.key)
+        self._wait_poller = zmq.Poller()
+        self._wait_poller.register(self._prop_sock, zmq.POLLIN)
+        self._wait_poller.register(self._sup_sock, zmq.POLLIN)
+        self.proposal = np.full(n, np.nan)
+        self.proposal_step = -(1 << 62)  # none yet: late by any bound
+        self.allow = False
+        self.mode = "none"
+        self.decision_step = -1
+        self._decision_arrival = None  # loop step the newest decision arrived at (None: never)
+        self.silent = True
+        self._prev = np.zeros(n)
+        self._out = np.zeros(n)
+        self.last_code = FALLBACK_SILENT
+        self.code_counts = np.zeros(len(SOURCE_NAMES), dtype=np.int64)
+        self._y = self._u = None
+        self._c.update({"proposals_applied": 0, "supervisor_decisions": 0, "supervisor_silences": 0,
+                        "lockstep_proposal_timeouts": 0})
+
+    def attach(self, y_meas: np.ndarray, u_app: np.ndarray) -> None:
+        """The loop's arrays the shield reads every step: the last measured outputs (the state
+        its limits and the joint PD use) and the applied inputs (rate limits, hold)."""
+        self._y, self._u = y_meas, u_app
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Compile the shield kernel (and bind its entry point) before the clock starts: once on
+        the fallback path, once on a proposal; the shield's state is left as it was."""
+        sh = self.shield
+        saved = [(a, a.copy()) for a in (sh.q_ref, sh.state, sh.a, sh.lo_eff, sh.hi_eff, sh.src, sh.bvec, sh.work)]
+        out = np.zeros_like(self._out)
+        np.take(self._u, sh.act_u, out=self._prev)
+        try:
+            for allow in (False, True):
+                sh.step(0, self._prev.copy(), 0, self._y, self._u, self._prev, self.step_s, out, allow_policy=allow)
+        finally:
+            for a, copy in saved:
+                np.copyto(a, copy)
+
+    # ---- per step ----
+    def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
+        """Write the shield's action for this step into u_cmd (bus-driven inputs, plant units)."""
+        self._lockstep = lockstep
+        self._take_proposals()
+        if step % self.every == 0 or self.silent:  # decisions come at the policy's rate at most
+            self._take_decisions(step)
+        due = step - 1  # the observation a proposal for this step answers
+        if lockstep and due >= 0 and due % self.every == 0 and self._published_step >= due:
+            self._wait_lockstep(step, due)
+        age_ok = self._decision_arrival is not None and step - self._decision_arrival <= self.silence_steps
+        if self.silent == age_ok:  # entering or leaving silence
+            self.silent = not age_ok
+            if self.silent:
+                self._c["supervisor_silences"] += 1
+        u = self._u if self._u is not None else u_cmd
+        np.take(u, self.shield.act_u, out=self._prev)
+        code = self.shield.step(step - 1, self.proposal, self.proposal_step, self._y, u, self._prev,
+                                self.step_s, self._out, allow_policy=self.allow and not self.silent)
+        if code == FALLBACK_MODE and self.silent:
+            code = FALLBACK_SILENT
+        u_cmd[self._apply_index] = self._out[self._apply_pos]
+        self.last_code = code
+        self.code_counts[code] += 1
+        if code <= 1:
+            self._c["proposals_applied"] += 1
+            self._in_fallback = False
+        else:
+            self._in_fallback = True
+        self.last_source = SOURCE_NAMES[code]
+        self.last_mode = self.mode
+
+    def _take_proposals(self) -> None:
+        """The newest valid proposal answering a published observation (replay window moved only
+        by the one taken)."""
+        newest = None
+        raws = drain(self._prop_sock)
+        if len(raws) == DRAIN_CAP:
+            self._c["action_drain_capped_steps"] += 1
+        for raw in raws:
+            msg = self._prop_rx.decode(raw)
+            if msg is None:
+                continue
+            if msg.step > self._published_step:
+                self._c["dropped_future"] += 1
+                continue
+            if newest is not None:
+                self._prop_rx.count("superseded")
+            if newest is None or (msg.step, msg.sid, msg.seq) >= (newest.step, newest.sid, newest.seq):
+                newest = msg
+        if newest is None or newest.step < self.proposal_step or not self._prop_rx.accept(newest):
+            return
+        self.proposal[:] = newest.payload["a"]
+        self.proposal_step = newest.step
+
+    def _take_decisions(self, step: int) -> None:
+        """The newest valid supervisor decision (its band goes into the shield's envelope)."""
+        newest = None
+        for raw in drain(self._sup_sock):
+            msg = self._sup_rx.decode(raw)
+            if msg is None:
+                continue
+            if msg.step > self._published_step:
+                self._c["dropped_future"] += 1
+                continue
+            if newest is not None:
+                self._sup_rx.count("superseded")
+            if newest is None or (msg.sid, msg.seq) > (newest.sid, newest.seq):
+                newest = msg
+        if newest is None or not self._sup_rx.accept(newest):
+            return
+        p = newest.payload
+        self.allow, self.mode = p["allow"], p["mode"]
+        self.shield.band_lo[:] = p["lo"]
+        self.shield.band_hi[:] = p["hi"]
+        self.decision_step = max(self.decision_step, newest.step)
+        self._decision_arrival = step
+        self._c["supervisor_decisions"] += 1
+
+    def _wait_lockstep(self, step: int, due: int) -> None:
+        """Lockstep: wait (bounded) for the supervisor's decision on observation `due` and, when
+        it lets the policy act, the proposal answering it."""
+        budget = self.lockstep_timeout_s if not self._lost else min(0.05, self.lockstep_timeout_s)
+        deadline = time.monotonic() + budget
+        while self.decision_step < due or (self.allow and self.proposal_step < due):
+            if self._pending:
+                from hil.bus import send_nowait
+
+                self._pending = [(i, d) for i, d in self._pending if not send_nowait(self._obs_socks[i], d)]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._c["lockstep_timeouts"] += 1
+                if self.decision_step >= due:
+                    self._c["lockstep_proposal_timeouts"] += 1
+                self._lost = True
+                return
+            wait_ms = min(remaining, 0.002) if self._pending else remaining
+            if self._wait_poller.poll(max(1, int(wait_ms * 1000.0))):
+                self._take_proposals()
+                self._take_decisions(step)
+        self._lost = False
+
+    # ---- status ----
+    def counters(self) -> dict[str, int]:
+        out = super().counters()
+        for i, name in enumerate(SOURCE_NAMES):
+            out[_counter(name)] = int(self.code_counts[i])
+        for k, v in self._prop_rx.counters.items():
+            out[f"proposal_{k}"] = v
+        for k, v in self._sup_rx.counters.items():
+            out[f"supervisor_{k}"] = v
+        return out
+
+    def _sockets(self) -> list:
+        extra = [s for s in (getattr(self, "_prop_sock", None), getattr(self, "_sup_sock", None)) if s is not None]
+        return super()._sockets() + extra
