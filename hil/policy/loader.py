@@ -35,6 +35,7 @@ class LoadedPolicy:
     act_members: Callable[[np.ndarray], np.ndarray] | None = None
     meta: dict = field(default_factory=dict)
     action_is_member_mean: bool = False  # act(x) == act_members(x).mean(0): compute members once
+    target: object = None  # an entry policy's object (its `period_s`, if declared, is set by the runner)
 
 
 def _entry_object(entry: str):
@@ -65,7 +66,7 @@ def load_entry(entry: str, features, actions, version: str | None = None) -> Loa
         raise ValueError(f"policy entry {entry!r} is neither callable nor has act(observation)")
     members = getattr(obj, "act_members", None)
     return LoadedPolicy(version or entry, "entry", list(features), list(actions), act,
-                        members if callable(members) else None)
+                        members if callable(members) else None, target=obj)
 
 
 def load_onnx(path: str, features, actions, version: str | None = None, io_path=None) -> LoadedPolicy:

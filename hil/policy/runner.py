@@ -93,6 +93,8 @@ class PolicyRunner:
             raise ValueError(f"policy {pol.version} acts on {actions}, the scenario on {self.action_names}")
         self.perm = np.array([actions.index(n) for n in self.action_names], dtype=np.intp)
         self.features = FeatureMap(self.spec, pol.features)
+        if hasattr(pol.target, "period_s"):  # an entry policy that integrates in time: the sim s between its calls
+            pol.target.period_s = self.scenario.policy.every_steps(self.scenario.loop.step_s) * self.scenario.loop.step_s
         self.policy = pol
 
     @property

@@ -188,6 +188,10 @@ class SafetyProcess:
         changed = (last is None or last[2] != allow or last[5] != mode or not np.array_equal(last[3], lo)
                    or not np.array_equal(last[4], hi))
         self._sup_last = (step, t_s, allow, np.array(lo, dtype=float), np.array(hi, dtype=float), mode, reason)
+        if changed:  # on record: what the shield enforces from now on (the band: only where one is set)
+            band = {n: [float(a), float(b)] for n, a, b in zip(self.names, lo, hi) if np.isfinite(a) or np.isfinite(b)}
+            self.log({"event": "supervisor", "step": step, "t_s": t_s, "allow": allow, "mode": mode,
+                      "reason": reason, "band": band})
         if changed or always:
             self._send_decision(socks, retry_s)
 

@@ -11,7 +11,8 @@ IK on the plant's own kinematics (plants.manipulator.arm.tcp_kinematics), solved
 phase; the joint reference moves towards the target at `speed` rad/s and a joint PD
 (libfranka's impedance gains) tracks it. A phase ends when every joint is within 0.01 rad of
 its target and slower than 0.05 rad/s (close: when the object is held and the width settled).
-The policy counts observations (1 ms each at 1 kHz) and holds no clock of its own; it
+The policy counts observations, `period_s` sim s apart (the policy runner sets it from [policy]
+rate_hz: 4 ms at 250 Hz; 1 ms when it answers every 1 kHz step), and holds no clock of its own; it
 re-plans when the measured object is more than 5 mm from where it planned for (this also
 discards the policy process's warm-up call on the spec's nominal observation).
 
@@ -29,7 +30,6 @@ from plants.manipulator import arm
 
 KP = np.array([600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0])  # N m/rad
 KD = np.array([50.0, 50.0, 50.0, 50.0, 30.0, 25.0, 15.0])        # N m s/rad
-DT_S = 0.001  # observation period the reference ramp assumes (1 kHz)
 
 
 class _Kinematics:
@@ -68,6 +68,7 @@ class ReachGrasp:
 
     damping_sign = 1.0
     speed = 0.6  # rad/s, reference ramp
+    period_s = 0.001  # sim s between calls (set by hil.policy.runner from [policy] rate_hz)
 
     def __init__(self):
         self.kin = _Kinematics()
@@ -98,10 +99,10 @@ class ReachGrasp:
         if self.phase == 2:
             gripper = 0.0
             self.settled = self.settled + 1 if held > 0.5 else 0
-            if self.settled >= 200:  # 0.2 s held: the squeeze has settled
+            if self.settled * self.period_s >= 0.2 - 1e-9:  # 0.2 s held: the squeeze has settled
                 self.phase, self.q_goal, self.settled = 3, None, 0
         else:
-            step = self.speed * DT_S
+            step = self.speed * self.period_s
             self.q_ref += np.clip(self.q_goal - self.q_ref, -step, step)
             at = np.abs(q - self.q_goal).max() < 0.01 and np.abs(dq).max() < 0.05
             if self.phase == 3:
