@@ -20,11 +20,21 @@ the box: the envelope acts on nearly every step, Dykstra over the active rows, u
 rotated, thread CPU time, >= 3 repeats, medians with min/max). Ratios are old / new (> 1: the
 shield is cheaper).
 
-Not measured here yet: the per-step round trip loop -> policy -> safety -> loop against the
-shield in the real-time loop (the bus side of issue 22 is not wired yet); that comparison is
-`benchmarks/bus_latency.py`'s today.
+End to end (`realtime`): the same scenario run in real time at 1 kHz (SCHED_FIFO where allowed),
+both placements interleaved in one run of this script, order rotated, `--rt-repeats` each:
 
-Usage: python benchmarks/shield.py [--quick]. Last stdout line: one JSON object.
+    old   [safety] placement = "process", the policy answering every step: the per-step round
+          trip loop -> policy -> safety -> loop, the loop's watchdog fallback after 2 ms
+    new   placement = "loop" as shipped: the policy proposes at 250 Hz, the shield in the loop
+          decides every step, the safety process supervises
+
+per run: overruns per 10k steps, steps on a fallback and why (old: the watchdog; new: late
+proposal / supervisor silent / supervisor's mode), the loop's decide stage (mean, max us),
+lateness p99. Goals (issue 22): new <= 5 overruns per 10k, no step on the fallback for a late
+proposal while the policy runs (the shipped policy always answers).
+
+Usage: python benchmarks/shield.py [--quick] [--rt-seconds S] [--rt-repeats N]. Last stdout
+line: one JSON object.
 """
 
 from __future__ import annotations
@@ -147,11 +157,85 @@ def run(quick: bool) -> dict:
     return out
 
 
+PLACEMENTS = {
+    "old": ["safety.placement='process'", "policy.rate_hz=1000.0"],
+    "new": [],  # as shipped: placement = "loop", rate_hz = 250
+}
+OVERRUN_GOAL_PER_10K = 5.0
+
+
+def realtime_run(which: str, seconds: float, workdir: Path) -> dict:
+    """One real-time run of the scenario in placement `which` (PLACEMENTS); its figures."""
+    import subprocess
+    import tempfile
+
+    ipc = tempfile.mkdtemp(prefix="hsb", dir="/tmp")
+    cmd = [sys.executable, "-m", "hil.cli", "run", str(SCENARIO), "--wall", f"{seconds}s", "--json", "--quiet",
+           "--no-record", "--set", f"bus.ipc_dir='{ipc}'",
+           "--set", f"safety.decision_log='{workdir / (which + '.jsonl')}'"]
+    for s in PLACEMENTS[which]:
+        cmd += ["--set", s]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120,
+                              cwd=str(SCENARIO.parents[1]))
+    finally:
+        import shutil
+
+        shutil.rmtree(ipc, ignore_errors=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{which} run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    d = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps = max(1, d["steps"])
+    bus = d["bus"]
+    if which == "old":
+        fallback = {"watchdog": bus["fallback_steps"] + bus["no_action_steps"]}
+    else:
+        fallback = {"late": bus["shield_fallback_late_steps"], "supervisor_silent":
+                    bus["shield_fallback_supervisor_silent_steps"], "mode": bus["shield_fallback_mode_steps"],
+                    "bad_proposal": bus["shield_fallback_bad_proposal_steps"],
+                    "unknown_limits": bus["shield_fallback_unknown_limits_steps"]}
+    stage = d.get("stage_us", {}).get("decide", {})
+    return {"steps": d["steps"], "overruns": d["overruns"], "overruns_per_10k": 1e4 * d["overruns"] / steps,
+            "fallback_steps": fallback, "fallback_per_10k": 1e4 * sum(fallback.values()) / steps,
+            "decide_us_mean": stage.get("mean"), "decide_us_max": stage.get("max"),
+            "lateness_p99_us": d.get("lateness_us", {}).get("p99"),
+            "scheduling": d.get("scheduling", {}).get("policy")}
+
+
+def realtime(seconds: float, repeats: int) -> dict:
+    """Both placements in real time, interleaved (old, new / new, old ...): module docstring."""
+    import tempfile
+
+    runs: dict[str, list] = {"old": [], "new": []}
+    with tempfile.TemporaryDirectory(prefix="hil-shield-rt-") as tmp:
+        for r in range(repeats):
+            for which in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                runs[which].append(realtime_run(which, seconds, Path(tmp)))
+                print(f"realtime {which}: {runs[which][-1]}", file=sys.stderr)
+    out = {"seconds": seconds, "repeats": repeats}
+    for which, rs in runs.items():
+        out[which] = {"runs": rs,
+                      "overruns_per_10k_median": float(np.median([x["overruns_per_10k"] for x in rs])),
+                      "fallback_per_10k_median": float(np.median([x["fallback_per_10k"] for x in rs])),
+                      "decide_us_mean_median": float(np.median([x["decide_us_mean"] for x in rs]))}
+    new = runs["new"]
+    out["goals"] = {"new_overruns_per_10k_le_5": all(x["overruns_per_10k"] <= OVERRUN_GOAL_PER_10K for x in new),
+                    "new_no_late_fallback": all(x["fallback_steps"]["late"] == 0 for x in new)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="few states and repeats (a smoke test)")
+    ap.add_argument("--rt-seconds", type=float, default=None, help="wall s per real-time run (default 10, quick 2)")
+    ap.add_argument("--rt-repeats", type=int, default=None, help="real-time runs per placement (default 3, quick 1)")
     args = ap.parse_args()
-    print(json.dumps(run(args.quick)))
+    out = run(args.quick)
+    seconds = args.rt_seconds if args.rt_seconds is not None else (2.0 if args.quick else 10.0)
+    repeats = args.rt_repeats if args.rt_repeats is not None else (1 if args.quick else 3)
+    out["realtime"] = realtime(seconds, repeats)
+    out["goal_met"] = out["goal_met"] and all(out["realtime"]["goals"].values())
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

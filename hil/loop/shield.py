@@ -36,10 +36,17 @@ safety process is `benchmarks/shield.py`.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import njit
+from numba.core.errors import NumbaExperimentalFeatureWarning
 
 from hil.safety.projection import Projector, plant_module, project_kernel
+
+# the plant's compiled fill is passed as a first-class function (as the loop step's plant kernels)
+warnings.filterwarnings("ignore", message=".*First-class function type feature is experimental",
+                        category=NumbaExperimentalFeatureWarning)
 
 POLICY, PROJECTED, FALLBACK_LATE, FALLBACK_MODE, FALLBACK_BAD, FALLBACK_UNKNOWN = 0, 1, 2, 3, 4, 5
 SOURCE_NAMES = ("policy", "projected", "fallback:late", "fallback:mode", "fallback:bad_proposal",
@@ -125,6 +132,24 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
     return code
 
 
+@njit(nogil=True)
+def shield_into(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy, y, u, prev, dt_s,
+                lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
+                fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state,
+                a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, u_cmd, apply_index, apply_pos):
+    """The loop's shield stage: prev = the applied actions u[act_u], shield_kernel, then the
+    bus-driven actions into the loop's commands (u_cmd[apply_index] = out[apply_pos])."""
+    for i in range(act_u.size):
+        prev[i] = u[act_u[i]]
+    code = shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy, y, u, prev, dt_s,
+                         lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
+                         fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state,
+                         a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi)
+    for j in range(apply_index.size):
+        u_cmd[apply_index[j]] = out[apply_pos[j]]
+    return code
+
+
 class Shield:
     """The shield configured from a scenario's [safety.projection] and [safety.fallback] for
     the action inputs `action_names` (plant units); the arrays the kernel needs, built once."""
@@ -174,6 +199,7 @@ class Shield:
         self.band_lo = np.full(n, -np.inf)
         self.band_hi = np.full(n, np.inf)
         self._entry = None  # shield_kernel's compiled entry point for the step's argument types
+        self._into_entry = None  # shield_into's
 
     def _fallback_laws(self, fb, spec) -> None:
         """[safety.fallback]: fixed values, joint PD blocks, hold (the default: the applied value)."""
@@ -198,6 +224,30 @@ class Shield:
         if unsupported:
             raise ValueError(f"safety.fallback.loops: the in-loop shield has no PID fallback yet ({', '.join(unsupported)}); "
                              "these plants keep their fallback in the safety process")
+
+    def step_into(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
+                  prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool, u_cmd: np.ndarray,
+                  apply_index: np.ndarray, apply_pos: np.ndarray) -> int:
+        """The loop's stage (shield_into): `step` with prev taken from u and the bus-driven
+        actions written into u_cmd; one compiled call, through its bound entry point."""
+        args = (self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+                allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
+                self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
+                self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
+                self.act_u, self.q_ref, self.state, self.a, out, self.lo_eff, self.hi_eff, self.src,
+                self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi, u_cmd, apply_index, apply_pos)
+        entry = self._into_entry
+        if entry is not None:
+            try:
+                return entry(*args)
+            except TypeError:
+                self._into_entry = None
+        code = shield_into(*args)
+        if self._into_entry is None:
+            from hil.loop.step import LoopStep
+
+            self._into_entry = LoopStep._bind(shield_into, args)
+        return code
 
     def step(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
              prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool = True) -> int:

@@ -88,9 +88,9 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         self._prev = np.zeros(n)
         self._out = np.zeros(n)
         self.last_code = FALLBACK_SILENT
-        self.code_counts = np.zeros(len(SOURCE_NAMES), dtype=np.int64)
+        self.code_counts = [0] * len(SOURCE_NAMES)  # steps per source (a list: cheaper per step than numpy)
         self._y = self._u = None
-        self._c.update({"proposals_applied": 0, "supervisor_decisions": 0, "supervisor_silences": 0,
+        self._c.update({"supervisor_decisions": 0, "supervisor_silences": 0,
                         "lockstep_proposal_timeouts": 0})
 
     def attach(self, y_meas: np.ndarray, u_app: np.ndarray) -> None:
@@ -104,11 +104,12 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         the fallback path, once on a proposal; the shield's state is left as it was."""
         sh = self.shield
         saved = [(a, a.copy()) for a in (sh.q_ref, sh.state, sh.a, sh.lo_eff, sh.hi_eff, sh.src, sh.bvec, sh.work)]
-        out = np.zeros_like(self._out)
-        np.take(self._u, sh.act_u, out=self._prev)
+        u_cmd = self._u.copy()
+        prop = self._u[sh.act_u].copy()
         try:
             for allow in (False, True):
-                sh.step(0, self._prev.copy(), 0, self._y, self._u, self._prev, self.step_s, out, allow_policy=allow)
+                sh.step_into(0, prop, 0, self._y, self._u, self._prev, self.step_s, self._out, allow, u_cmd,
+                             self._apply_index, self._apply_pos)
         finally:
             for a, copy in saved:
                 np.copyto(a, copy)
@@ -128,22 +129,30 @@ class ShieldBusEndpoint(LoopBusEndpoint):
             self.silent = not age_ok
             if self.silent:
                 self._c["supervisor_silences"] += 1
-        u = self._u if self._u is not None else u_cmd
-        np.take(u, self.shield.act_u, out=self._prev)
-        code = self.shield.step(step - 1, self.proposal, self.proposal_step, self._y, u, self._prev,
-                                self.step_s, self._out, allow_policy=self.allow and not self.silent)
+        code = self.shield.step_into(step - 1, self.proposal, self.proposal_step, self._y, self._u, self._prev,
+                                     self.step_s, self._out, self.allow and not self.silent, u_cmd,
+                                     self._apply_index, self._apply_pos)
         if code == FALLBACK_MODE and self.silent:
             code = FALLBACK_SILENT
-        u_cmd[self._apply_index] = self._out[self._apply_pos]
         self.last_code = code
         self.code_counts[code] += 1
-        if code <= 1:
-            self._c["proposals_applied"] += 1
-            self._in_fallback = False
-        else:
-            self._in_fallback = True
-        self.last_source = SOURCE_NAMES[code]
-        self.last_mode = self.mode
+        self._in_fallback = code > 1
+
+    @property
+    def last_source(self) -> str:
+        return SOURCE_NAMES[self.last_code]
+
+    @last_source.setter
+    def last_source(self, value) -> None:  # LoopBusEndpoint's constructor sets it; the code decides
+        pass
+
+    @property
+    def last_mode(self) -> str:
+        return self.mode
+
+    @last_mode.setter
+    def last_mode(self, value) -> None:
+        pass
 
     def _take_proposals(self) -> None:
         """The newest valid proposal answering a published observation (replay window moved only
@@ -219,7 +228,8 @@ class ShieldBusEndpoint(LoopBusEndpoint):
     def counters(self) -> dict[str, int]:
         out = super().counters()
         for i, name in enumerate(SOURCE_NAMES):
-            out[_counter(name)] = int(self.code_counts[i])
+            out[_counter(name)] = self.code_counts[i]
+        out["proposals_applied"] = self.code_counts[0] + self.code_counts[1]
         for k, v in self._prop_rx.counters.items():
             out[f"proposal_{k}"] = v
         for k, v in self._sup_rx.counters.items():

@@ -232,13 +232,13 @@ class PolicySection(StrictModel):
             problems.append(("policy.features", "an entry or onnx policy needs its feature list"))
         safety = getattr(scenario, "safety", None)
         in_loop = safety is not None and safety.placement == "loop"
-        if self.rate_hz is not None and not in_loop:
+        if self.every_steps(scenario.loop.step_s) > 1 and not in_loop:
             problems.append(("policy.rate_hz", "a policy slower than the loop needs the in-loop shield "
-                             "([safety] placement = 'loop'): the safety process would decide the other steps "
+                             "(safety.placement = 'loop'): the safety process would decide the other steps "
                              "without a proposal"))
         if self.max_age_s is not None and not in_loop:
-            problems.append(("policy.max_age_s", "the proposal age bound is the in-loop shield's ([safety] "
-                             "placement = 'loop')"))
+            problems.append(("policy.max_age_s", "the proposal age bound is the in-loop shield's "
+                             "(safety.placement = 'loop')"))
         if self.rate_hz is not None and 1.0 / self.rate_hz < scenario.loop.step_s * (1 - 1e-9):
             problems.append(("policy.rate_hz", f"{self.rate_hz:g} Hz is faster than the loop "
                              f"({1.0 / scenario.loop.step_s:g} Hz)"))
