@@ -572,6 +572,7 @@ class Runtime:
             "alarms": self.alarms.active(),
             "late_steps": self.clock.late_steps,
             "loop_state": self.state,
+            **({"shield": self.bus.shield_status()} if self.shield_in_loop else {}),
             **({"lateness_counts": lat.counts.copy()} if self._live is not None else {}),
         }
 

@@ -58,13 +58,25 @@ def run_cmd(config, log, status) -> None:
 @click.option("--timeout", type=float, default=2.0, show_default=True)
 def status_cmd(config, as_json, timeout) -> None:
     """Mode, policy version, fallback, alarms and counters of the running safety process."""
-    sc = _load(config)
-    st = _request(sc, {"op": "status"}, timeout)["status"]
+    st = full_status(_load(config), timeout)
     if as_json:
         click.echo(json.dumps(st))
         return
     for line in status_lines(st):
         click.echo(line)
+
+
+def full_status(sc, timeout_s: float) -> dict:
+    """The safety process's status; with placement = "loop" also the loop's shield (from the
+    run's live status snapshot, hil/live_runs.py) under "shield" (None when not found)."""
+    st = _request(sc, {"op": "status"}, timeout_s)["status"]
+    if st.get("placement") == "loop":
+        from hil.live_runs import find, read_stats
+
+        entry = find(sc.name)
+        snap = read_stats(entry) if entry is not None else None
+        st["shield"] = (snap or {}).get("shield")
+    return st
 
 
 def status_lines(st: dict) -> list[str]:
@@ -103,6 +115,18 @@ def status_lines(st: dict) -> list[str]:
     gate = st["gate"]
     verdict = "passes" if gate["passed"] else "refuses: " + "; ".join(gate["reasons"])
     out.append(f"gate {gate['mode']} -> {gate['target']}: {verdict}")
+    sup = st.get("supervisor")
+    if sup is not None:
+        band = ", ".join(f"{n} [{lo:g}, {hi:g}]" for n, (lo, hi) in sup["band"].items()) or "none"
+        out.append(f"supervisor (placement loop): policy {'MAY act' if sup['allow_policy'] else 'may NOT act'} "
+                   f"({sup['reason']}), mode {sup['mode']}, band {band}, at step {sup['step']}")
+    if st.get("placement") == "loop":
+        sh = st.get("shield")
+        if sh:
+            steps = ", ".join(f"{k} {v}" for k, v in sh["steps"].items() if v)
+            out.append(f"shield (in the loop): now {sh['last_source']}; steps: {steps or '-'}")
+        else:
+            out.append("shield (in the loop): no status from the loop (run not announced or not started)")
     c = st["counters"]
     out.append("counters " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
     return out

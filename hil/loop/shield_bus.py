@@ -236,6 +236,14 @@ class ShieldBusEndpoint(LoopBusEndpoint):
             out[f"supervisor_{k}"] = v
         return out
 
+    def shield_status(self) -> dict:
+        """The shield's state for the status snapshot (`hil safety status`, the dashboard)."""
+        return {"steps": dict(zip(SOURCE_NAMES, self.code_counts)), "last_source": self.last_source,
+                "supervisor": {"mode": self.mode, "allow_policy": self.allow, "silent": self.silent,
+                               "decision_step": self.decision_step},
+                "proposal_step": self.proposal_step if self.proposal_step >= 0 else None,
+                "every_steps": self.every, "max_age_steps": self.max_age_steps}
+
     def _sockets(self) -> list:
         extra = [s for s in (getattr(self, "_prop_sock", None), getattr(self, "_sup_sock", None)) if s is not None]
         return super()._sockets() + extra

@@ -274,6 +274,12 @@ class SafetyProcess:
         s["counters"].update({f"proposal_{k}": v for k, v in self.prop_rx.counters.items()})
         s["decision_log"] = self.log_path
         s["pid"] = os.getpid()
+        s["placement"] = self.placement
+        if self.placement == "loop" and self._sup_last is not None:  # what the loop's shield enforces
+            step, t_s, allow, lo, hi, mode, reason = self._sup_last
+            s["supervisor"] = {"step": step, "t_s": t_s, "allow_policy": allow, "mode": mode, "reason": reason,
+                               "band": {n: [float(a), float(b)] for n, a, b in zip(self.names, lo, hi)
+                                        if np.isfinite(a) or np.isfinite(b)}}
         return s
 
     def _write_status(self) -> None:

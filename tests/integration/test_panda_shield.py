@@ -200,12 +200,17 @@ def test_a_silent_supervisor_puts_the_fallback_on_with_an_alarm_then_the_policy_
     sc = load_scenario(CONFIG, {"bus": {"ipc_dir": _ipc_dir()},
                                 "safety": {"decision_log": str(tmp_path / "safety.jsonl")}})
     rt = Runtime(sc, lockstep=False, duration_s=3.0, record_path=str(tmp_path / "rec"), scenario_path=str(CONFIG))
+    rt.announce = True  # as `hil run` does: `hil safety status` finds the loop's shield status
     marks = {}
 
     def on_status(status):
+        from hil.commands.safety import full_status, status_lines
+
         h = rt._policy_handles
         if h is None:
             return
+        if "status" not in marks and status["sim_time_s"] >= 0.5:
+            marks["status"] = "\n".join(status_lines(full_status(sc, 5.0)))
         if "stop" not in marks and status["sim_time_s"] >= 1.0:
             marks["stop"] = status["steps"]
             os.kill(h.safety.pid, signal.SIGSTOP)
@@ -229,6 +234,9 @@ def test_a_silent_supervisor_puts_the_fallback_on_with_an_alarm_then_the_policy_
     assert silent.min() > marks["stop"] - 200 and silent.max() < marks["cont"] + 300
     after = src.loc[silent.max() + 50:]
     assert after.isin([0, 1]).mean() > 0.9  # the supervisor speaks again: the policy acts
+    # `hil safety status` shows both sides: the supervisor's decision and the shield's steps
+    assert "supervisor (placement loop): policy MAY act (policy), mode full" in marks["status"], marks["status"]
+    assert "shield (in the loop): now " in marks["status"] and "policy " in marks["status"]
     alarms = [a for a in summary.alarms if a["kind"] == "supervisor_silent"]
     assert len(alarms) == 1 and not alarms[0]["active"], summary.alarms
     # APPLIED while silent: the fallback holds the gripper and the joints where they were
