@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from plants.grid.sparse_lu import block_structure, lu_factor, lu_solve, minimum_degree_order
+from plants.grid.block_lu import block_lu_factor, block_lu_solve
+from plants.grid.sparse_lu import block_structure, minimum_degree_order
 
 CONVERGED, MAX_ITER, SINGULAR, DIVERGED = 0, 1, 2, 3
 STATUS_NAMES = {CONVERGED: "converged", MAX_ITER: "max_iter", SINGULAR: "singular", DIVERGED: "diverged"}
@@ -96,18 +97,86 @@ def _jacobian(indptr, indices, ydata, vm, free_va, free_vm, rank, jpos, lu_diag,
 
 
 @njit(cache=True, nogil=True)
-def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jpos,
-              lu_indptr, lu_indices, lu_diag, lu_values, work, F, V, I, tol, max_iter, stats):
+def _injections_e(indptr, indices, ydata, vm, va, E, V, I):
+    """``_injections`` that also keeps E_i = exp(j va_i) (V_i = vm_i E_i) for the block Jacobian."""
+    n = vm.shape[0]
+    for i in range(n):
+        e = complex(np.cos(va[i]), np.sin(va[i]))
+        E[i] = e
+        V[i] = vm[i] * e
+    for i in range(n):
+        s = 0j
+        for k in range(indptr[i], indptr[i + 1]):
+            s += ydata[k] * V[indices[k]]
+        I[i] = s
+
+
+@njit(cache=True, nogil=True)
+def _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, rank, jblk, zero_blocks, bdiag, values, E, V, I):
+    """The Jacobian straight into the 2x2 block LU's value array (``block_lu.py``), one pass over Ybus.
+
+    Block of Ybus entry k = (i, j): ``[[dP_i/dVa_j, dP_i/dVm_j], [dQ_i/dVa_j, dQ_i/dVm_j]]`` with rows
+    of fixed equations and columns of fixed unknowns zero; a fixed unknown gets 1 on its diagonal.
+    With m = V_i conj(Y_ij E_j) (= dS_i/dVm_j off the diagonal): dS_i/dVa_j = -j |V_j| m; the
+    diagonal adds j V_i conj(I_i) to dS_i/dVa_i and conj(I_i) E_i to dS_i/dVm_i (module doc).
+    Blocks that no Ybus entry fills (fill-in, a missing Ybus diagonal) are zeroed first.
+    """
+    for t in range(zero_blocks.shape[0]):
+        b = zero_blocks[t]
+        values[b, 0] = 0.0
+        values[b, 1] = 0.0
+        values[b, 2] = 0.0
+        values[b, 3] = 0.0
+    n = vm.shape[0]
+    for i in range(n):
+        fa = 1.0 if free_va[i] else 0.0
+        fm = 1.0 if free_vm[i] else 0.0
+        vi = V[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            ja = 1.0 if free_va[j] else 0.0
+            jm = 1.0 if free_vm[j] else 0.0
+            m = vi * (ydata[k] * E[j]).conjugate()
+            b = jblk[k]
+            values[b, 0] = fa * ja * vm[j] * m.imag
+            values[b, 1] = fa * jm * m.real
+            values[b, 2] = -fm * ja * vm[j] * m.real
+            values[b, 3] = fm * jm * m.imag
+    for i in range(n):
+        b = bdiag[rank[i]]
+        if free_va[i]:
+            c = V[i] * I[i].conjugate()
+            g = I[i].conjugate() * E[i]
+            values[b, 0] -= c.imag
+            if free_vm[i]:
+                values[b, 1] += g.real
+                values[b, 2] += c.real
+                values[b, 3] += g.imag
+            else:
+                values[b, 3] = 1.0
+        else:
+            values[b, 0] = 1.0
+            if free_vm[i]:  # not a bus flag combination of bus_flags, kept consistent anyway
+                c = I[i].conjugate() * E[i]
+                values[b, 3] += c.imag
+            else:
+                values[b, 3] = 1.0
+
+
+@njit(cache=True, nogil=True)
+def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jblk, zero_blocks,
+              b_indptr, b_indices, b_diag, b_values, b_dinv, b_work, F, E, V, I, tol, max_iter, stats):
     """Solve the AC power flow in place from the warm start (vm, va) (pu, rad).
 
     ``free_va``/``free_vm`` (bool, n_bus) select the unknowns; fixed ones keep their values.
+    The Jacobian is assembled into and factored by the 2x2 block LU of ``block_lu.py``.
     ``stats`` (float64, >= 2) receives [iterations, final max |F| (pu)]. Returns CONVERGED,
     MAX_ITER, SINGULAR or DIVERGED; on anything but CONVERGED, vm/va hold the last iterate
     (finite or not) and the caller must restore its warm start.
     """
     n = vm.shape[0]
     it = 0
-    _injections(indptr, indices, ydata, vm, va, V, I)
+    _injections_e(indptr, indices, ydata, vm, va, E, V, I)
     worst = _mismatch(sbus, free_va, free_vm, rank, V, I, F)
     status = MAX_ITER
     while True:
@@ -120,11 +189,12 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jpos
         if it >= max_iter:
             status = MAX_ITER
             break
-        _jacobian(indptr, indices, ydata, vm, free_va, free_vm, rank, jpos, lu_diag, lu_values, V, I)
-        if lu_factor(lu_indptr, lu_indices, lu_diag, lu_values, work) != 0:
+        _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, rank, jblk, zero_blocks, b_diag, b_values,
+                         E, V, I)
+        if block_lu_factor(b_indptr, b_indices, b_diag, b_values, b_dinv, b_work) != 0:
             status = SINGULAR
             break
-        lu_solve(lu_indptr, lu_indices, lu_diag, lu_values, F)
+        block_lu_solve(b_indptr, b_indices, b_diag, b_values, b_dinv, F)
         collapsed = False
         for i in range(n):
             if free_va[i]:
@@ -137,7 +207,7 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jpos
         if collapsed:
             status = DIVERGED
             break
-        _injections(indptr, indices, ydata, vm, va, V, I)
+        _injections_e(indptr, indices, ydata, vm, va, E, V, I)
         worst = _mismatch(sbus, free_va, free_vm, rank, V, I, F)
     stats[0] = it
     stats[1] = worst
@@ -146,7 +216,12 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jpos
 
 @dataclass
 class NewtonWorkspace:
-    """Everything ``newton_pf`` needs besides the values: built once per Ybus pattern."""
+    """Everything ``newton_pf`` needs besides the values: built once per Ybus pattern.
+
+    Two factorizations of the same Jacobian pattern (same bus order, same fill): the 2x2 block LU
+    (``b_*``, ``jblk``) that ``solve`` uses, and the scalar LU of ``sparse_lu.py`` (``lu_*``, ``jpos``)
+    that ``distributed_slack.py`` shares (its bordered system solves twice per factorization).
+    """
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -157,14 +232,23 @@ class NewtonWorkspace:
     lu_diag: np.ndarray
     lu_values: np.ndarray
     work: np.ndarray
+    jblk: np.ndarray
+    zero_blocks: np.ndarray
+    b_indptr: np.ndarray
+    b_indices: np.ndarray
+    b_diag: np.ndarray
+    b_values: np.ndarray
+    b_dinv: np.ndarray
+    b_work: np.ndarray
     F: np.ndarray
+    E: np.ndarray
     V: np.ndarray
     I: np.ndarray
     stats: np.ndarray
 
     @classmethod
     def for_pattern(cls, indptr: np.ndarray, indices: np.ndarray) -> "NewtonWorkspace":
-        """Ordering (minimum degree on the bus graph), symbolic LU and Jacobian position map."""
+        """Ordering (minimum degree on the bus graph), symbolic LU (scalar and block) and Jacobian position maps."""
         indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         n = len(indptr) - 1
@@ -174,29 +258,37 @@ class NewtonWorkspace:
                 neighbours[j].add(i)  # symmetrize (Ybus of a phase shifter is not symmetric in value, is in pattern)
         order, filled = minimum_degree_order(n, neighbours)
         lu, rank = block_structure(n, filled, order, 2)
+        blk, _ = block_structure(n, filled, order, 1)
+        row_rank = rank[np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))]
         # Jacobian entry (bus i, bus j, block (a, b)) -> its position in L+U, for every Ybus entry at
         # once: L+U's (row, col) keys row * N + col ascend (rows in order, columns ascending per row),
         # so one searchsorted finds them all (the per-entry LUStructure.position, vectorized)
         N = 2 * n
-        lu_keys = np.repeat(np.arange(N, dtype=np.int64), np.diff(lu.indptr)) * N + lu.indices
-        ri = 2 * rank[np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))]
-        rj = 2 * rank[indices]
+        ri, rj = 2 * row_rank, 2 * rank[indices]
         jpos = np.empty((len(indices), 4), dtype=np.int64)
         for c, (da, db) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
-            want = (ri + da) * N + (rj + db)
-            k = np.minimum(np.searchsorted(lu_keys, want), len(lu_keys) - 1)
-            if not np.array_equal(lu_keys[k], want):
-                raise KeyError("Jacobian entry outside the symbolic LU pattern")
-            jpos[:, c] = k
-        return cls(indptr, indices, rank, jpos, lu.indptr, lu.indices, lu.diag,
-                   np.zeros(lu.nnz), np.zeros(2 * n), np.zeros(2 * n),
+            jpos[:, c] = _positions(lu, N, (ri + da) * N + (rj + db))
+        jblk = _positions(blk, n, row_rank * n + rank[indices])
+        zero_blocks = np.setdiff1d(np.arange(blk.nnz, dtype=np.int64), jblk)
+        return cls(indptr, indices, rank, jpos, lu.indptr, lu.indices, lu.diag, np.zeros(lu.nnz), np.zeros(2 * n),
+                   jblk, zero_blocks, blk.indptr, blk.indices, blk.diag, np.zeros((blk.nnz, 4)), np.zeros((n, 4)),
+                   np.zeros((n, 4)), np.zeros(2 * n), np.zeros(n, dtype=np.complex128),
                    np.zeros(n, dtype=np.complex128), np.zeros(n, dtype=np.complex128), np.zeros(2))
 
     def solve(self, ydata, sbus, vm, va, free_va, free_vm, tol=1e-8, max_iter=10) -> int:
         """Run ``newton_pf`` on this workspace; returns its status, ``self.stats`` the figures."""
-        return newton_pf(self.indptr, self.indices, ydata, sbus, vm, va, free_va, free_vm, self.rank,
-                         self.jpos, self.lu_indptr, self.lu_indices, self.lu_diag, self.lu_values,
-                         self.work, self.F, self.V, self.I, tol, max_iter, self.stats)
+        return newton_pf(self.indptr, self.indices, ydata, sbus, vm, va, free_va, free_vm, self.rank, self.jblk,
+                         self.zero_blocks, self.b_indptr, self.b_indices, self.b_diag, self.b_values, self.b_dinv,
+                         self.b_work, self.F, self.E, self.V, self.I, tol, max_iter, self.stats)
+
+
+def _positions(lu, N: int, want: np.ndarray) -> np.ndarray:
+    """Positions in ``lu`` (an LUStructure of N x N) of the (row * N + col) keys ``want``."""
+    keys = np.repeat(np.arange(N, dtype=np.int64), np.diff(lu.indptr)) * N + lu.indices
+    k = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    if not np.array_equal(keys[k], want):
+        raise KeyError("Jacobian entry outside the symbolic LU pattern")
+    return k
 
 
 def bus_flags(n_bus: int, ref, pv, pq) -> tuple[np.ndarray, np.ndarray]:
