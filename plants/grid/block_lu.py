@@ -13,9 +13,14 @@ diagonal block); ``values`` float64 (nnzb, 4), a block row-major ``[a00, a01, a1
 factorization the strictly lower blocks hold L (unit block lower: L_rk = W_rk D_k^-1), the upper
 blocks U, and ``dinv`` (nb, 4) the inverse of each diagonal block D_k. Row-wise block IKJ::
 
-    for each block row r:  W = A[r, :]
-        for k in row r, k < r, ascending:  W[k] = W[k] D_k^-1;  W[k+1:] -= W[k] U[k, k+1:]
-        LU[r, :] = W;  D_r = W[r]
+    for each block row r:                        (in place: row r holds A[r, :] until its turn)
+        for k in row r, k < r, ascending:  L[r, k] = A[r, k] D_k^-1;  A[r, k+1:] -= L[r, k] U[k, k+1:]
+        D_r = A[r, r]
+
+The pattern is fixed, so where each update lands is computed once (``update_targets``: the
+position in row r of every (r, j) that U[k, j] touches); the numeric factorization then runs
+through that list without a scatter buffer or any search (the static-pattern refactorization of
+KLU's ``klu_refactor`` / NICSLU, in blocks).
 
 Pivots: each diagonal block is factored with diagonal pivots (p0 = D[0,0], p1 = D[1,1] -
 D[1,0] D[0,1] / p0), the two scalar pivots ``sparse_lu.lu_factor`` meets in the same order;
@@ -31,67 +36,91 @@ from numba import njit
 from plants.grid.sparse_lu import PIVOT_TOL
 
 
-@njit(cache=True, nogil=True)
-def block_lu_factor(indptr, indices, diag, values, dinv, work):
-    """Factor in place (values: A on entry, L\\U on exit; dinv: D_k^-1). ``work``: (nb, 4) zeros, left zeroed.
+@njit(cache=True)
+def update_targets(indptr, indices, diag):
+    """The elimination program of the pattern: for every strictly lower block p = (r, k), the
+    positions in row r of the blocks (r, j) that the U blocks (k, j > k) of row k update, in U's order.
 
-    Returns 0, or -1 on a pivot below PIVOT_TOL times its scalar row's largest entry (then the
-    values are invalid and ``work`` is re-zeroed)."""
+    Returns (tptr, tgt): the targets of block p are ``tgt[tptr[p]:tptr[p + 1]]``, updated by the U
+    blocks ``diag[k] + 1, diag[k] + 2, ...``. Raises ValueError if the pattern is not closed under
+    elimination (a target missing from row r: the structure is not a filled pattern).
+    """
+    nb = indptr.shape[0] - 1
+    nnz = indptr[nb]
+    tptr = np.zeros(nnz + 1, dtype=np.int64)
+    for r in range(nb):
+        for p in range(indptr[r], indptr[r + 1]):
+            cnt = 0
+            if p < diag[r]:
+                k = indices[p]
+                cnt = indptr[k + 1] - diag[k] - 1
+            tptr[p + 1] = tptr[p] + cnt
+    tgt = np.empty(tptr[nnz], dtype=np.int64)
+    pos = np.full(nb, -1, dtype=np.int64)
+    for r in range(nb):
+        for p in range(indptr[r], indptr[r + 1]):
+            pos[indices[p]] = p
+        for p in range(indptr[r], diag[r]):
+            k = indices[p]
+            t = tptr[p]
+            for q in range(diag[k] + 1, indptr[k + 1]):
+                d = pos[indices[q]]
+                if d < 0:
+                    raise ValueError("block pattern is not closed under elimination (missing fill)")
+                tgt[t] = d
+                t += 1
+        for p in range(indptr[r], indptr[r + 1]):
+            pos[indices[p]] = -1
+    return tptr, tgt
+
+
+@njit(cache=True, nogil=True)
+def block_lu_factor(indptr, indices, diag, tptr, tgt, values, dinv):
+    """Factor in place (values: A on entry, L\\U on exit; dinv: D_k^-1), following the elimination
+    program (tptr, tgt) of ``update_targets``: no scatter buffer, every update lands in row r.
+
+    Row r is untouched until its turn, so its input values give the pivot test's row maxima.
+    Returns 0, or -1 on a pivot below PIVOT_TOL times its scalar row's largest input entry (then
+    the values are invalid)."""
     nb = indptr.shape[0] - 1
     for r in range(nb):
         lo, hi, d = indptr[r], indptr[r + 1], diag[r]
         max0 = 0.0
         max1 = 0.0
         for p in range(lo, hi):
-            c = indices[p]
-            w0, w1, w2, w3 = values[p, 0], values[p, 1], values[p, 2], values[p, 3]
-            work[c, 0] = w0
-            work[c, 1] = w1
-            work[c, 2] = w2
-            work[c, 3] = w3
-            max0 = max(max0, abs(w0), abs(w1))
-            max1 = max(max1, abs(w2), abs(w3))
+            max0 = max(max0, abs(values[p, 0]), abs(values[p, 1]))
+            max1 = max(max1, abs(values[p, 2]), abs(values[p, 3]))
         for p in range(lo, d):
             k = indices[p]
-            w0, w1, w2, w3 = work[k, 0], work[k, 1], work[k, 2], work[k, 3]
+            w0, w1, w2, w3 = values[p, 0], values[p, 1], values[p, 2], values[p, 3]
             i0, i1, i2, i3 = dinv[k, 0], dinv[k, 1], dinv[k, 2], dinv[k, 3]
             l0 = w0 * i0 + w1 * i2
             l1 = w0 * i1 + w1 * i3
             l2 = w2 * i0 + w3 * i2
             l3 = w2 * i1 + w3 * i3
-            work[k, 0] = l0
-            work[k, 1] = l1
-            work[k, 2] = l2
-            work[k, 3] = l3
-            if l0 == 0.0 and l1 == 0.0 and l2 == 0.0 and l3 == 0.0:
-                continue
-            for q in range(diag[k] + 1, indptr[k + 1]):
-                j = indices[q]
+            values[p, 0] = l0
+            values[p, 1] = l1
+            values[p, 2] = l2
+            values[p, 3] = l3
+            q = diag[k] + 1
+            for t in range(tptr[p], tptr[p + 1]):
+                j = tgt[t]
                 u0, u1, u2, u3 = values[q, 0], values[q, 1], values[q, 2], values[q, 3]
-                work[j, 0] -= l0 * u0 + l1 * u2
-                work[j, 1] -= l0 * u1 + l1 * u3
-                work[j, 2] -= l2 * u0 + l3 * u2
-                work[j, 3] -= l2 * u1 + l3 * u3
-        for p in range(lo, hi):
-            c = indices[p]
-            values[p, 0] = work[c, 0]
-            values[p, 1] = work[c, 1]
-            values[p, 2] = work[c, 2]
-            values[p, 3] = work[c, 3]
-            work[c, 0] = 0.0
-            work[c, 1] = 0.0
-            work[c, 2] = 0.0
-            work[c, 3] = 0.0
-        a, b, c2, e = values[d, 0], values[d, 1], values[d, 2], values[d, 3]
+                values[j, 0] -= l0 * u0 + l1 * u2
+                values[j, 1] -= l0 * u1 + l1 * u3
+                values[j, 2] -= l2 * u0 + l3 * u2
+                values[j, 3] -= l2 * u1 + l3 * u3
+                q += 1
+        a, b, c, e = values[d, 0], values[d, 1], values[d, 2], values[d, 3]
         if not (abs(a) > PIVOT_TOL * max0) or not np.isfinite(a):
             return -1
-        p1 = e - c2 * b / a
+        p1 = e - c * b / a
         if not (abs(p1) > PIVOT_TOL * max1) or not np.isfinite(p1):
             return -1
-        det = a * p1            # = a e - b c2
+        det = a * p1            # = a e - b c
         dinv[r, 0] = e / det
         dinv[r, 1] = -b / det
-        dinv[r, 2] = -c2 / det
+        dinv[r, 2] = -c / det
         dinv[r, 3] = a / det
     return 0
 

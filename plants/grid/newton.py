@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from plants.grid.block_lu import block_lu_factor, block_lu_solve
+from plants.grid.block_lu import block_lu_factor, block_lu_solve, update_targets
 from plants.grid.sparse_lu import block_structure, minimum_degree_order
 
 CONVERGED, MAX_ITER, SINGULAR, DIVERGED = 0, 1, 2, 3
@@ -112,14 +112,16 @@ def _injections_e(indptr, indices, ydata, vm, va, E, V, I):
 
 
 @njit(cache=True, nogil=True)
-def _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, rank, jblk, zero_blocks, bdiag, values, E, V, I):
+def _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, ma, mm, rank, jblk, zero_blocks, bdiag, values,
+                     E, V, I):
     """The Jacobian straight into the 2x2 block LU's value array (``block_lu.py``), one pass over Ybus.
 
     Block of Ybus entry k = (i, j): ``[[dP_i/dVa_j, dP_i/dVm_j], [dQ_i/dVa_j, dQ_i/dVm_j]]`` with rows
-    of fixed equations and columns of fixed unknowns zero; a fixed unknown gets 1 on its diagonal.
-    With m = V_i conj(Y_ij E_j) (= dS_i/dVm_j off the diagonal): dS_i/dVa_j = -j |V_j| m; the
-    diagonal adds j V_i conj(I_i) to dS_i/dVa_i and conj(I_i) E_i to dS_i/dVm_i (module doc).
-    Blocks that no Ybus entry fills (fill-in, a missing Ybus diagonal) are zeroed first.
+    of fixed equations and columns of fixed unknowns zero (``ma``/``mm``: 1.0 where Va/Vm is free,
+    else 0.0); a fixed unknown gets 1 on its diagonal. With m = V_i conj(Y_ij E_j) (= dS_i/dVm_j off
+    the diagonal): dS_i/dVa_j = -j |V_j| m; the diagonal adds j V_i conj(I_i) to dS_i/dVa_i and
+    conj(I_i) E_i to dS_i/dVm_i (module doc). Blocks no Ybus entry fills (fill-in, a missing Ybus
+    diagonal) are zeroed first.
     """
     for t in range(zero_blocks.shape[0]):
         b = zero_blocks[t]
@@ -129,43 +131,40 @@ def _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, rank, jblk, z
         values[b, 3] = 0.0
     n = vm.shape[0]
     for i in range(n):
-        fa = 1.0 if free_va[i] else 0.0
-        fm = 1.0 if free_vm[i] else 0.0
+        fa = ma[i]
+        fm = mm[i]
         vi = V[i]
         for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
-            ja = 1.0 if free_va[j] else 0.0
-            jm = 1.0 if free_vm[j] else 0.0
+            ja = ma[j]
+            jm = mm[j]
+            vj = vm[j]
             m = vi * (ydata[k] * E[j]).conjugate()
             b = jblk[k]
-            values[b, 0] = fa * ja * vm[j] * m.imag
+            values[b, 0] = fa * ja * vj * m.imag
             values[b, 1] = fa * jm * m.real
-            values[b, 2] = -fm * ja * vm[j] * m.real
+            values[b, 2] = -fm * ja * vj * m.real
             values[b, 3] = fm * jm * m.imag
     for i in range(n):
         b = bdiag[rank[i]]
+        c = V[i] * I[i].conjugate()
+        g = I[i].conjugate() * E[i]
         if free_va[i]:
-            c = V[i] * I[i].conjugate()
-            g = I[i].conjugate() * E[i]
             values[b, 0] -= c.imag
             if free_vm[i]:
                 values[b, 1] += g.real
                 values[b, 2] += c.real
-                values[b, 3] += g.imag
-            else:
-                values[b, 3] = 1.0
         else:
             values[b, 0] = 1.0
-            if free_vm[i]:  # not a bus flag combination of bus_flags, kept consistent anyway
-                c = I[i].conjugate() * E[i]
-                values[b, 3] += c.imag
-            else:
-                values[b, 3] = 1.0
+        if free_vm[i]:
+            values[b, 3] += g.imag
+        else:
+            values[b, 3] = 1.0
 
 
 @njit(cache=True, nogil=True)
-def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jblk, zero_blocks,
-              b_indptr, b_indices, b_diag, b_values, b_dinv, b_work, F, E, V, I, tol, max_iter, stats):
+def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, rank, jblk, zero_blocks,
+              b_indptr, b_indices, b_diag, b_tptr, b_tgt, b_values, b_dinv, F, E, V, I, tol, max_iter, stats):
     """Solve the AC power flow in place from the warm start (vm, va) (pu, rad).
 
     ``free_va``/``free_vm`` (bool, n_bus) select the unknowns; fixed ones keep their values.
@@ -175,6 +174,9 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jblk
     (finite or not) and the caller must restore its warm start.
     """
     n = vm.shape[0]
+    for i in range(n):
+        ma[i] = 1.0 if free_va[i] else 0.0
+        mm[i] = 1.0 if free_vm[i] else 0.0
     it = 0
     _injections_e(indptr, indices, ydata, vm, va, E, V, I)
     worst = _mismatch(sbus, free_va, free_vm, rank, V, I, F)
@@ -189,9 +191,9 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, jblk
         if it >= max_iter:
             status = MAX_ITER
             break
-        _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, rank, jblk, zero_blocks, b_diag, b_values,
-                         E, V, I)
-        if block_lu_factor(b_indptr, b_indices, b_diag, b_values, b_dinv, b_work) != 0:
+        _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, ma, mm, rank, jblk, zero_blocks, b_diag,
+                         b_values, E, V, I)
+        if block_lu_factor(b_indptr, b_indices, b_diag, b_tptr, b_tgt, b_values, b_dinv) != 0:
             status = SINGULAR
             break
         block_lu_solve(b_indptr, b_indices, b_diag, b_values, b_dinv, F)
@@ -237,10 +239,13 @@ class NewtonWorkspace:
     b_indptr: np.ndarray
     b_indices: np.ndarray
     b_diag: np.ndarray
+    b_tptr: np.ndarray
+    b_tgt: np.ndarray
     b_values: np.ndarray
     b_dinv: np.ndarray
-    b_work: np.ndarray
     F: np.ndarray
+    ma: np.ndarray
+    mm: np.ndarray
     E: np.ndarray
     V: np.ndarray
     I: np.ndarray
@@ -270,16 +275,18 @@ class NewtonWorkspace:
             jpos[:, c] = _positions(lu, N, (ri + da) * N + (rj + db))
         jblk = _positions(blk, n, row_rank * n + rank[indices])
         zero_blocks = np.setdiff1d(np.arange(blk.nnz, dtype=np.int64), jblk)
+        tptr, tgt = update_targets(blk.indptr, blk.indices, blk.diag)
         return cls(indptr, indices, rank, jpos, lu.indptr, lu.indices, lu.diag, np.zeros(lu.nnz), np.zeros(2 * n),
-                   jblk, zero_blocks, blk.indptr, blk.indices, blk.diag, np.zeros((blk.nnz, 4)), np.zeros((n, 4)),
-                   np.zeros((n, 4)), np.zeros(2 * n), np.zeros(n, dtype=np.complex128),
+                   jblk, zero_blocks, blk.indptr, blk.indices, blk.diag, tptr, tgt, np.zeros((blk.nnz, 4)),
+                   np.zeros((n, 4)), np.zeros(2 * n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.complex128),
                    np.zeros(n, dtype=np.complex128), np.zeros(n, dtype=np.complex128), np.zeros(2))
 
     def solve(self, ydata, sbus, vm, va, free_va, free_vm, tol=1e-8, max_iter=10) -> int:
         """Run ``newton_pf`` on this workspace; returns its status, ``self.stats`` the figures."""
-        return newton_pf(self.indptr, self.indices, ydata, sbus, vm, va, free_va, free_vm, self.rank, self.jblk,
-                         self.zero_blocks, self.b_indptr, self.b_indices, self.b_diag, self.b_values, self.b_dinv,
-                         self.b_work, self.F, self.E, self.V, self.I, tol, max_iter, self.stats)
+        return newton_pf(self.indptr, self.indices, ydata, sbus, vm, va, free_va, free_vm, self.ma, self.mm,
+                         self.rank, self.jblk, self.zero_blocks, self.b_indptr, self.b_indices, self.b_diag,
+                         self.b_tptr, self.b_tgt, self.b_values, self.b_dinv, self.F, self.E, self.V, self.I, tol,
+                         max_iter, self.stats)
 
 
 def _positions(lu, N: int, want: np.ndarray) -> np.ndarray:
