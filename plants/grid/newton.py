@@ -44,59 +44,6 @@ def _injections(indptr, indices, ydata, vm, va, V, I):
 
 
 @njit(cache=True, nogil=True)
-def _mismatch(sbus, free_va, free_vm, rank, V, I, F):
-    worst = 0.0
-    for i in range(V.shape[0]):
-        s = V[i] * I[i].conjugate() - sbus[i]
-        p = s.real if free_va[i] else 0.0
-        q = s.imag if free_vm[i] else 0.0
-        F[2 * rank[i]] = p
-        F[2 * rank[i] + 1] = q
-        a = max(abs(p), abs(q))
-        if not (a <= worst):  # also catches NaN
-            worst = a
-    return worst
-
-
-@njit(cache=True, nogil=True)
-def _jacobian(indptr, indices, ydata, vm, free_va, free_vm, rank, jpos, lu_diag, values, V, I):
-    values[:] = 0.0
-    n = vm.shape[0]
-    for i in range(n):
-        fa, fm = free_va[i], free_vm[i]
-        if not fa and not fm:
-            continue
-        vi = V[i]
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            ja, jm = free_va[j], free_vm[j]
-            if not ja and not jm:
-                continue
-            yv = (ydata[k] * V[j]).conjugate()
-            if ja:
-                a = -1j * vi * yv
-                if j == i:
-                    a += 1j * vi * I[i].conjugate()
-                if fa:
-                    values[jpos[k, 0]] = a.real
-                if fm:
-                    values[jpos[k, 2]] = a.imag
-            if jm:
-                m = vi * yv / vm[j]
-                if j == i:
-                    m += I[i].conjugate() * vi / vm[i]
-                if fa:
-                    values[jpos[k, 1]] = m.real
-                if fm:
-                    values[jpos[k, 3]] = m.imag
-    for i in range(n):
-        if not free_va[i]:
-            values[lu_diag[2 * rank[i]]] = 1.0
-        if not free_vm[i]:
-            values[lu_diag[2 * rank[i] + 1]] = 1.0
-
-
-@njit(cache=True, nogil=True)
 def _injections_e(indptr, indices, ydata, vm, va, E, V, I):
     """``_injections`` that also keeps E_i = exp(j va_i) (V_i = vm_i E_i) for the block Jacobian."""
     n = vm.shape[0]
@@ -105,10 +52,36 @@ def _injections_e(indptr, indices, ydata, vm, va, E, V, I):
         E[i] = e
         V[i] = vm[i] * e
     for i in range(n):
-        s = 0j
+        c = 0j
         for k in range(indptr[i], indptr[i + 1]):
-            s += ydata[k] * V[indices[k]]
-        I[i] = s
+            c += ydata[k] * V[indices[k]]
+        I[i] = c
+
+
+@njit(cache=True, nogil=True)
+def _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, E, V, I, F):
+    """``_injections`` and ``_mismatch`` in one pass over Ybus, also keeping E_i = exp(j va_i)
+    (V_i = vm_i E_i) for the block Jacobian. Returns max |F| (pu; NaN-safe a NaN makes it NaN)."""
+    n = vm.shape[0]
+    for i in range(n):
+        e = complex(np.cos(va[i]), np.sin(va[i]))
+        E[i] = e
+        V[i] = vm[i] * e
+    worst = 0.0
+    for i in range(n):
+        c = 0j
+        for k in range(indptr[i], indptr[i + 1]):
+            c += ydata[k] * V[indices[k]]
+        I[i] = c
+        s = V[i] * c.conjugate() - sbus[i]
+        p = s.real if free_va[i] else 0.0
+        q = s.imag if free_vm[i] else 0.0
+        F[2 * rank[i]] = p
+        F[2 * rank[i] + 1] = q
+        a = max(abs(p), abs(q))
+        if not (a <= worst):  # also catches NaN
+            worst = a
+    return worst
 
 
 @njit(cache=True, nogil=True)
@@ -145,9 +118,8 @@ def _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, ma, mm, rank,
             values[b, 1] = fa * jm * m.real
             values[b, 2] = -fm * ja * vj * m.real
             values[b, 3] = fm * jm * m.imag
-    for i in range(n):
-        b = bdiag[rank[i]]
-        c = V[i] * I[i].conjugate()
+        b = bdiag[rank[i]]      # the diagonal block: written above (or zeroed if Ybus has no (i, i))
+        c = vi * I[i].conjugate()
         g = I[i].conjugate() * E[i]
         if free_va[i]:
             values[b, 0] -= c.imag
@@ -178,8 +150,7 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, ra
         ma[i] = 1.0 if free_va[i] else 0.0
         mm[i] = 1.0 if free_vm[i] else 0.0
     it = 0
-    _injections_e(indptr, indices, ydata, vm, va, E, V, I)
-    worst = _mismatch(sbus, free_va, free_vm, rank, V, I, F)
+    worst = _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, E, V, I, F)
     status = MAX_ITER
     while True:
         if not np.isfinite(worst) or worst > MISMATCH_DIVERGED_PU:
@@ -209,8 +180,7 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, ra
         if collapsed:
             status = DIVERGED
             break
-        _injections_e(indptr, indices, ydata, vm, va, E, V, I)
-        worst = _mismatch(sbus, free_va, free_vm, rank, V, I, F)
+        worst = _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, E, V, I, F)
     stats[0] = it
     stats[1] = worst
     return status
@@ -220,20 +190,15 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, ra
 class NewtonWorkspace:
     """Everything ``newton_pf`` needs besides the values: built once per Ybus pattern.
 
-    Two factorizations of the same Jacobian pattern (same bus order, same fill): the 2x2 block LU
-    (``b_*``, ``jblk``) that ``solve`` uses, and the scalar LU of ``sparse_lu.py`` (``lu_*``, ``jpos``)
-    that ``distributed_slack.py`` shares (its bordered system solves twice per factorization).
+    The bus order (minimum degree), the 2x2 block LU pattern with its elimination program
+    (``b_*``), the block of every Ybus entry (``jblk``) and the fill blocks (``zero_blocks``);
+    ``distributed_slack.py`` shares the factorization. ``ma``/``mm`` (free-unknown masks), ``F``,
+    ``E``, ``V``, ``I`` are work; ``stats`` the last solve's [iterations, max |F| (pu)].
     """
 
     indptr: np.ndarray
     indices: np.ndarray
     rank: np.ndarray
-    jpos: np.ndarray
-    lu_indptr: np.ndarray
-    lu_indices: np.ndarray
-    lu_diag: np.ndarray
-    lu_values: np.ndarray
-    work: np.ndarray
     jblk: np.ndarray
     zero_blocks: np.ndarray
     b_indptr: np.ndarray
@@ -253,7 +218,7 @@ class NewtonWorkspace:
 
     @classmethod
     def for_pattern(cls, indptr: np.ndarray, indices: np.ndarray) -> "NewtonWorkspace":
-        """Ordering (minimum degree on the bus graph), symbolic LU (scalar and block) and Jacobian position maps."""
+        """Ordering (minimum degree on the bus graph), symbolic block LU and the Jacobian's block positions."""
         indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         n = len(indptr) - 1
@@ -262,24 +227,17 @@ class NewtonWorkspace:
             for j in list(neighbours[i]):
                 neighbours[j].add(i)  # symmetrize (Ybus of a phase shifter is not symmetric in value, is in pattern)
         order, filled = minimum_degree_order(n, neighbours)
-        lu, rank = block_structure(n, filled, order, 2)
-        blk, _ = block_structure(n, filled, order, 1)
+        blk, rank = block_structure(n, filled, order, 1)
+        # Ybus entry (i, j) -> its block (rank i, rank j) in L+U: the (row, col) keys row * n + col of
+        # L+U ascend, so one searchsorted finds every entry (LUStructure.position, vectorized)
         row_rank = rank[np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))]
-        # Jacobian entry (bus i, bus j, block (a, b)) -> its position in L+U, for every Ybus entry at
-        # once: L+U's (row, col) keys row * N + col ascend (rows in order, columns ascending per row),
-        # so one searchsorted finds them all (the per-entry LUStructure.position, vectorized)
-        N = 2 * n
-        ri, rj = 2 * row_rank, 2 * rank[indices]
-        jpos = np.empty((len(indices), 4), dtype=np.int64)
-        for c, (da, db) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
-            jpos[:, c] = _positions(lu, N, (ri + da) * N + (rj + db))
         jblk = _positions(blk, n, row_rank * n + rank[indices])
         zero_blocks = np.setdiff1d(np.arange(blk.nnz, dtype=np.int64), jblk)
         tptr, tgt = update_targets(blk.indptr, blk.indices, blk.diag)
-        return cls(indptr, indices, rank, jpos, lu.indptr, lu.indices, lu.diag, np.zeros(lu.nnz), np.zeros(2 * n),
-                   jblk, zero_blocks, blk.indptr, blk.indices, blk.diag, tptr, tgt, np.zeros((blk.nnz, 4)),
-                   np.zeros((n, 4)), np.zeros(2 * n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.complex128),
-                   np.zeros(n, dtype=np.complex128), np.zeros(n, dtype=np.complex128), np.zeros(2))
+        cplx = lambda: np.zeros(n, dtype=np.complex128)  # noqa: E731
+        return cls(indptr, indices, rank, jblk, zero_blocks, blk.indptr, blk.indices, blk.diag, tptr, tgt,
+                   np.zeros((blk.nnz, 4)), np.zeros((n, 4)), np.zeros(2 * n), np.zeros(n), np.zeros(n), cplx(), cplx(),
+                   cplx(), np.zeros(2))
 
     def solve(self, ydata, sbus, vm, va, free_va, free_vm, tol=1e-8, max_iter=10) -> int:
         """Run ``newton_pf`` on this workspace; returns its status, ``self.stats`` the figures."""
@@ -290,7 +248,7 @@ class NewtonWorkspace:
 
 
 def _positions(lu, N: int, want: np.ndarray) -> np.ndarray:
-    """Positions in ``lu`` (an LUStructure of N x N) of the (row * N + col) keys ``want``."""
+    """Positions in ``lu`` (an LUStructure of N x N) of the (row * N + col) keys ``want`` (KeyError if absent)."""
     keys = np.repeat(np.arange(N, dtype=np.int64), np.diff(lu.indptr)) * N + lu.indices
     k = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
     if not np.array_equal(keys[k], want):
