@@ -31,6 +31,7 @@ from plants.grid.block_lu import block_lu_factor, block_lu_solve, update_targets
 from plants.grid.sparse_lu import block_structure, minimum_degree_order
 
 CONVERGED, MAX_ITER, SINGULAR, DIVERGED = 0, 1, 2, 3
+ROTATE_MAX_RAD = 1e-2  # an angle step below this updates exp(j Va) by a series rotation, not cos/sin
 STATUS_NAMES = {CONVERGED: "converged", MAX_ITER: "max_iter", SINGULAR: "singular", DIVERGED: "diverged"}
 VM_COLLAPSE_PU = 0.3   # a free |V| below this is treated as voltage collapse (diverged)
 MISMATCH_DIVERGED_PU = 1e4
@@ -64,14 +65,12 @@ def _injections_e(indptr, indices, ydata, vm, va, E, V, I):
 
 
 @njit(cache=True, nogil=True)
-def _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, E, V, I, F):
-    """``_injections`` and ``_mismatch`` in one pass over Ybus, also keeping E_i = exp(j va_i)
-    (V_i = vm_i E_i) for the block Jacobian. Returns max |F| (pu; NaN-safe a NaN makes it NaN)."""
+def _injections_mismatch(indptr, indices, ydata, sbus, vm, free_va, free_vm, rank, E, V, I, F):
+    """V = vm E, I = Ybus V and the mismatch F in one pass over Ybus (E_i = exp(j va_i) kept by the
+    caller). Returns max |F| (pu; a NaN makes it NaN)."""
     n = vm.shape[0]
     for i in range(n):
-        e = complex(np.cos(va[i]), np.sin(va[i]))
-        E[i] = e
-        V[i] = vm[i] * e
+        V[i] = vm[i] * E[i]
     worst = 0.0
     for i in range(n):
         c = 0j
@@ -87,6 +86,16 @@ def _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm,
         if not (a <= worst):  # also catches NaN
             worst = a
     return worst
+
+
+@njit(cache=True, nogil=True)
+def _rotate(e, x):
+    """e exp(j x) for |x| <= ROTATE_MAX_RAD by the Taylor series of cos and sin to x^7 (the first
+    omitted terms, x^8/8! and x^9/9!, are below 3e-21 there: exact in float64)."""
+    x2 = x * x
+    c = 1.0 - x2 * (0.5 - x2 * (1.0 / 24.0 - x2 * (1.0 / 720.0)))
+    s = x * (1.0 - x2 * (1.0 / 6.0 - x2 * (1.0 / 120.0 - x2 * (1.0 / 5040.0))))
+    return e * complex(c, s)
 
 
 @njit(cache=True, nogil=True)
@@ -154,8 +163,10 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, ra
     for i in range(n):
         ma[i] = 1.0 if free_va[i] else 0.0
         mm[i] = 1.0 if free_vm[i] else 0.0
+    for i in range(n):
+        E[i] = complex(np.cos(va[i]), np.sin(va[i]))
     it = 0
-    worst = _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, E, V, I, F)
+    worst = _injections_mismatch(indptr, indices, ydata, sbus, vm, free_va, free_vm, rank, E, V, I, F)
     status = MAX_ITER
     while True:
         if not np.isfinite(worst) or worst > MISMATCH_DIVERGED_PU:
@@ -176,7 +187,12 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, ra
         collapsed = False
         for i in range(n):
             if free_va[i]:
-                va[i] -= F[2 * rank[i]]
+                d = F[2 * rank[i]]
+                va[i] -= d
+                if abs(d) <= ROTATE_MAX_RAD:   # late iterations: no cos/sin (E = exp(j va) to ~1e-16)
+                    E[i] = _rotate(E[i], -d)
+                else:
+                    E[i] = complex(np.cos(va[i]), np.sin(va[i]))
             if free_vm[i]:
                 vm[i] -= F[2 * rank[i] + 1]
                 if not (vm[i] > VM_COLLAPSE_PU):
@@ -185,7 +201,7 @@ def newton_pf(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, ma, mm, ra
         if collapsed:
             status = DIVERGED
             break
-        worst = _injections_mismatch(indptr, indices, ydata, sbus, vm, va, free_va, free_vm, rank, E, V, I, F)
+        worst = _injections_mismatch(indptr, indices, ydata, sbus, vm, free_va, free_vm, rank, E, V, I, F)
     stats[0] = it
     stats[1] = worst
     return status

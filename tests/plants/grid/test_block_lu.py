@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from plants.grid.block_lu import block_lu_factor, block_lu_solve, update_targets
-from plants.grid.newton import MAX_ITER, NewtonWorkspace, _injections_mismatch, _jacobian_blocks, bus_flags
+from plants.grid.newton import MAX_ITER, NewtonWorkspace, _injections_e, _jacobian_blocks, bus_flags
 
 
 def _workspace_at(ref118, vm, va):
@@ -18,8 +18,7 @@ def _workspace_at(ref118, vm, va):
     ws.ma[:] = free_va
     ws.mm[:] = free_vm
     ws.b_values[:] = np.nan  # every block must be written (fill blocks zeroed)
-    _injections_mismatch(ws.indptr, ws.indices, ref118["ybus_data"], ref118["sbus_pu"], vm, va, free_va, free_vm,
-                         ws.rank, ws.E, ws.V, ws.I, ws.F)
+    _injections_e(ws.indptr, ws.indices, ref118["ybus_data"], vm, va, ws.E, ws.V, ws.I)
     _jacobian_blocks(ws.indptr, ws.indices, ref118["ybus_data"], vm, free_va, free_vm, ws.ma, ws.mm, ws.rank,
                      ws.jblk, ws.zero_blocks, ws.b_diag, ws.b_values, ws.E, ws.V, ws.I)
     J = sp.bsr_matrix((ws.b_values.reshape(-1, 2, 2).copy(), ws.b_indices, ws.b_indptr), shape=(2 * n, 2 * n))
