@@ -1,7 +1,8 @@
 """Power-grid physics as Numba kernels over preallocated arrays (imports nothing from hil/ or adapters/).
 
 Modules: ``case`` (MATPOWER reader), ``ybus`` (admittance matrix with a fixed pattern),
-``sparse_lu`` (ordering + symbolic/numeric LU), ``newton`` (AC power flow), ``topology``
+``sparse_lu`` (ordering + symbolic/numeric LU), ``block_lu`` (the power-flow Jacobian's 2x2 block
+LU), ``newton`` (AC power flow), ``topology``
 (islands and slack choice), ``injections`` (dispatch, inertial sharing, Q limits), ``dynamics``
 (frequency, conductor temperature, protection, branch flows), ``step_kernels`` (the step's
 bookkeeping), ``sensitivity`` (PTDF/LODF), ``profiles`` (CSV load/renewable profiles),

@@ -17,7 +17,7 @@ The slack bus keeps its angle as the island's reference. The Jacobian is bordere
 and solved by block elimination with the one LU of J: ``J y = F``, ``J z = c``, then
 ``dl = (F_ref - r^T y) / (d - r^T z)`` and ``dx = y - z dl``. Islands are decoupled in J, so one
 solve with the sum of every island's ``c`` gives each island's ``z`` on its own buses. The pattern
-of J never changes, so the symbolic LU of ``newton.py`` serves both solvers.
+of J never changes, so the block LU of ``newton.py``'s workspace (``block_lu.py``) serves both solvers.
 
 Participation (``participation``): a unit's weight is its governor gain Mbase_g / R_g (droop R_g
 > 0 and Pmax > Pmin, as in the frequency model); an island without any governed unit shares by
@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from plants.grid.block_lu import block_lu_factor, block_lu_solve
 from plants.grid.newton import (CONVERGED, DIVERGED, MAX_ITER, MISMATCH_DIVERGED_PU, SINGULAR, VM_COLLAPSE_PU,
-                                _injections, _jacobian)
-from plants.grid.sparse_lu import lu_factor, lu_solve
+                                _injections_e, _jacobian_blocks)
 from plants.grid.topology import DEAD
 
 
@@ -107,19 +107,23 @@ def _mismatch_ds(sbus, scale, free_va, free_vm, island, slack_of_root, ds_root, 
 
 @njit(cache=True, nogil=True)
 def newton_pf_ds(indptr, indices, ydata, sbus, scale, vm, va, lam, free_va, free_vm, island, slack_of_root, ds_root,
-                 alpha, rank, jpos, lu_indptr, lu_indices, lu_diag, lu_values, work, F, Z, V, I, f_ref, num, den,
-                 tol, max_iter, stats):
+                 alpha, ma, mm, rank, jblk, zero_blocks, b_indptr, b_indices, b_diag, b_tptr, b_tgt, b_values, b_dinv,
+                 F, Z, E, V, I, f_ref, num, den, tol, max_iter, stats):
     """Distributed-slack Newton in place from the warm start (vm, va, lam) (pu, rad, pu).
 
     Solves for injections ``scale * sbus`` (``scale`` < 1: a continuation step). ``ds_root`` (bool,
     per root bus) selects the islands with a distributed slack (the others, if any bus of theirs is
     free, keep their single slack); ``alpha`` (per bus, sums to 1 per island) from ``participation``;
-    ``lam`` (per root, pu) is the slack scalar, updated. ``Z``, ``f_ref``, ``num``, ``den`` are work.
+    ``lam`` (per root, pu) is the slack scalar, updated. ``Z``, ``f_ref``, ``num``, ``den`` are work; the
+    others are a ``NewtonWorkspace``'s (its block LU, masks and voltage work arrays).
     ``stats`` receives [iterations, final max |F| (pu)]. Returns newton.py's status codes.
     """
     n = vm.shape[0]
+    for i in range(n):
+        ma[i] = 1.0 if free_va[i] else 0.0
+        mm[i] = 1.0 if free_vm[i] else 0.0
     it = 0
-    _injections(indptr, indices, ydata, vm, va, V, I)
+    _injections_e(indptr, indices, ydata, vm, va, E, V, I)
     worst = _mismatch_ds(sbus, scale, free_va, free_vm, island, slack_of_root, ds_root, alpha, lam, rank, V, I, F,
                          f_ref)
     status = MAX_ITER
@@ -133,17 +137,18 @@ def newton_pf_ds(indptr, indices, ydata, sbus, scale, vm, va, lam, free_va, free
         if it >= max_iter:
             status = MAX_ITER
             break
-        _jacobian(indptr, indices, ydata, vm, free_va, free_vm, rank, jpos, lu_diag, lu_values, V, I)
-        if lu_factor(lu_indptr, lu_indices, lu_diag, lu_values, work) != 0:
+        _jacobian_blocks(indptr, indices, ydata, vm, free_va, free_vm, ma, mm, rank, jblk, zero_blocks, b_diag,
+                         b_values, E, V, I)
+        if block_lu_factor(b_indptr, b_indices, b_diag, b_tptr, b_tgt, b_values, b_dinv) != 0:
             status = SINGULAR
             break
-        lu_solve(lu_indptr, lu_indices, lu_diag, lu_values, F)
+        block_lu_solve(b_indptr, b_indices, b_diag, b_values, b_dinv, F)
         for k in range(2 * n):
             Z[k] = 0.0
         for i in range(n):
             if free_va[i] and ds_root[island[i]]:
                 Z[2 * rank[i]] = -alpha[i]
-        lu_solve(lu_indptr, lu_indices, lu_diag, lu_values, Z)
+        block_lu_solve(b_indptr, b_indices, b_diag, b_values, b_dinv, Z)
         singular = False
         for r in range(n):
             num[r] = 0.0
@@ -190,7 +195,7 @@ def newton_pf_ds(indptr, indices, ydata, sbus, scale, vm, va, lam, free_va, free
         if collapsed:
             status = DIVERGED
             break
-        _injections(indptr, indices, ydata, vm, va, V, I)
+        _injections_e(indptr, indices, ydata, vm, va, E, V, I)
         worst = _mismatch_ds(sbus, scale, free_va, free_vm, island, slack_of_root, ds_root, alpha, lam, rank, V, I,
                              F, f_ref)
     stats[0] = it
@@ -216,6 +221,7 @@ class DistributedSlackWorkspace:
               scale: float = 1.0) -> int:
         """Run ``newton_pf_ds`` with the LU of ``ws`` (a NewtonWorkspace); ``ws.stats`` the figures."""
         return newton_pf_ds(ws.indptr, ws.indices, ydata, sbus, float(scale), vm, va, self.lam, free_va, free_vm,
-                            island, slack_of_root, self.ds_root, self.alpha, ws.rank, ws.jpos, ws.lu_indptr,
-                            ws.lu_indices, ws.lu_diag, ws.lu_values, ws.work, ws.F, self.Z, ws.V, ws.I, self.f_ref,
-                            self.num, self.den, tol, max_iter, ws.stats)
+                            island, slack_of_root, self.ds_root, self.alpha, ws.ma, ws.mm, ws.rank, ws.jblk,
+                            ws.zero_blocks, ws.b_indptr, ws.b_indices, ws.b_diag, ws.b_tptr, ws.b_tgt, ws.b_values,
+                            ws.b_dinv, ws.F, self.Z, ws.E, ws.V, ws.I, self.f_ref, self.num, self.den, tol, max_iter,
+                            ws.stats)

@@ -7,7 +7,7 @@ import scipy.sparse.linalg as spla
 
 from plants.grid.case import PQ, PV, REF, case_from_ppc, read_matpower
 from plants.grid.newton import CONVERGED, DIVERGED, MAX_ITER, SINGULAR, NewtonWorkspace, bus_flags
-from plants.grid.sparse_lu import lu_factor, lu_solve
+from plants.grid.sparse_lu import block_structure, lu_factor, lu_solve, minimum_degree_order
 from plants.grid.ybus import make_sbus, make_ybus
 
 from .conftest import GRIDS
@@ -93,23 +93,36 @@ def test_pandapower_cases(name):
 
 
 def test_sparse_lu_matches_scipy_on_a_jacobian(ref118):
-    """The fixed-pattern LU solves J x = b like SuperLU does (J from a real iterate, 236 x 236)."""
+    """The scalar fixed-pattern LU (sensitivity.py's) solves J x = b like SuperLU does (J from a real
+    iterate, 236 x 236, in the scalar pattern of the same bus order as the Newton workspace)."""
     n = len(ref118["vm_pu"])
     ws = NewtonWorkspace.for_pattern(ref118["ybus_indptr"], ref118["ybus_indices"])
     free_va, free_vm = bus_flags(n, ref118["ref"], ref118["pv"], ref118["pq"])
     vm, va = np.ones(n), np.zeros(n)
-    ws.solve(ref118["ybus_data"], ref118["sbus_pu"], vm, va, free_va, free_vm, max_iter=1)
-    from plants.grid.newton import _injections, _jacobian
-    _injections(ws.indptr, ws.indices, ref118["ybus_data"], vm, va, ws.V, ws.I)
-    _jacobian(ws.indptr, ws.indices, ref118["ybus_data"], vm, free_va, free_vm, ws.rank, ws.jpos,
-              ws.lu_diag, ws.lu_values, ws.V, ws.I)
-    A = sp.csr_matrix((ws.lu_values.copy(), ws.lu_indices, ws.lu_indptr), shape=(2 * n, 2 * n))
+    ws.solve(ref118["ybus_data"], ref118["sbus_pu"], vm, va, free_va, free_vm, max_iter=1)   # a real iterate
+    from plants.grid.newton import _injections_e, _jacobian_blocks
+    _injections_e(ws.indptr, ws.indices, ref118["ybus_data"], vm, va, ws.E, ws.V, ws.I)
+    _jacobian_blocks(ws.indptr, ws.indices, ref118["ybus_data"], vm, free_va, free_vm, free_va.astype(float),
+                     free_vm.astype(float), ws.rank, ws.jblk, ws.zero_blocks, ws.b_diag, ws.b_values, ws.E, ws.V, ws.I)
+    A = sp.bsr_matrix((ws.b_values.reshape(-1, 2, 2).copy(), ws.b_indices, ws.b_indptr), shape=(2 * n, 2 * n)).tocsr()
+    indptr, indices = ref118["ybus_indptr"].astype(np.int64), ref118["ybus_indices"].astype(np.int64)
+    neighbours = [set(indices[indptr[i]:indptr[i + 1]].tolist()) | {i} for i in range(n)]
+    for i in range(n):
+        for j in list(neighbours[i]):
+            neighbours[j].add(i)
+    order, filled = minimum_degree_order(n, neighbours)
+    lu, rank = block_structure(n, filled, order, 2)
+    assert np.array_equal(rank, ws.rank)
+    rows = np.repeat(np.arange(2 * n), np.diff(lu.indptr))
+    values = np.asarray(A[rows, lu.indices]).ravel()
+    assert np.isclose(np.abs(values).sum(), np.abs(A.data).sum())   # the pattern holds every entry of J
     b = np.random.default_rng(1).normal(size=2 * n)
     x = b.copy()
-    assert lu_factor(ws.lu_indptr, ws.lu_indices, ws.lu_diag, ws.lu_values, ws.work) == 0
-    lu_solve(ws.lu_indptr, ws.lu_indices, ws.lu_diag, ws.lu_values, x)
+    work = np.zeros(2 * n)
+    assert lu_factor(lu.indptr, lu.indices, lu.diag, values, work) == 0
+    lu_solve(lu.indptr, lu.indices, lu.diag, values, x)
     assert np.abs(x - spla.spsolve(A.tocsc(), b)).max() < 1e-9
-    assert not ws.work.any()  # the scatter buffer is left clean for the next factorization
+    assert not work.any()  # the scatter buffer is left clean for the next factorization
 
 
 def test_overloaded_network_reports_non_convergence_without_nan(ref118):
