@@ -34,7 +34,9 @@ Types (IEC 60870-5-101/104 type identifications):
   image write. The command holds (level): for the grid's latched breaker, OFF is a held open
   (lock-out) and ON a held close (recloses after a protection trip's cooldown), as a Modbus coil
   held at 1 does.
-Commands go to inputs whose driver is "plc" only (`inputs.<name>.driver`, default "plc").
+Commands go to inputs whose driver is "plc" only (`inputs.<name>.driver`, default "plc"): a
+single signal driven otherwise is a configuration error; in a group, such elements are left out
+(their IOAs stay free, so a command to one is refused as an unknown IOA).
 
 Automatic layout (no [[iec104.points]]): every plant output is a monitor point at IOA
 AUTO_MONITOR_START + its index in the spec's outputs (double_point when it is a 0/1 quantity:
@@ -232,16 +234,21 @@ def _entry_points(section: Iec104Section, spec, scenario, i: int, e: Iec104Entry
                              f"{e.signal!r} {len(names)}: they pair element by element"))
             return []
     points = []
+    is_group = group_kind(spec, e.signal) is not None
     for k, name in enumerate(names):
         q = spec.quantity(kind, name)
         extra: dict = {}
         if ptype in COMMAND_TYPES:
-            for n in (name,) + ((off_names[k],) if off_names else ()):
-                if (drv := _driver(scenario, n)) != "plc":
-                    problems.append((f"{key}.signal" if n == name else f"{key}.off_signal",
-                                     f"input {n!r} is driven by {drv!r} (inputs.{n}.driver); only 'plc' inputs "
-                                     "take commands"))
-                    return []
+            drivers = [(n, _driver(scenario, n)) for n in (name,) + ((off_names[k],) if off_names else ())]
+            other = [(n, d) for n, d in drivers if d != "plc"]
+            if other and is_group:
+                continue    # an element driven otherwise is no command object (its IOA stays free)
+            if other:
+                n, drv = other[0]
+                problems.append((f"{key}.signal" if n == name else f"{key}.off_signal",
+                                 f"input {n!r} is driven by {drv!r} (inputs.{n}.driver); only 'plc' inputs "
+                                 "take commands"))
+                return []
             if off_names:
                 oq = spec.quantity("inputs", off_names[k])
                 extra = dict(off_signal=oq.name, off_index=spec.index("inputs", oq.name), off_low=oq.low,
