@@ -19,6 +19,7 @@ c104 = pytest.importorskip("c104")
 pytest.importorskip("scapy.contrib.scada.iec104")
 
 from hil.recorder import read_recording  # noqa: E402
+from tests.integration.iec104_c104 import Wire, command, open_connection  # noqa: E402
 from tests.integration.iec104_scapy import ScapyIec104  # noqa: E402
 from tests.integration.net import free_port, listening, wait_for  # noqa: E402
 
@@ -26,10 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "grid118.toml"
 CA = 1
 pytestmark = pytest.mark.timeout(300)
-
-
-def _negative_seen(frames: list, ioa: int) -> bool:
-    return any(f.get("negative") and f.get("firstInformationObjectAddress") == ioa for f in list(frames))
 
 
 def _wait(cond, proc, what: str) -> None:
@@ -59,30 +56,15 @@ def test_setpoint_with_select_before_operate_is_applied_and_refusals_leave_the_l
         unknown = st.add_point(io_address=15999, type=c104.Type.C_SE_NC_1,
                                command_mode=c104.CommandMode.SELECT_AND_EXECUTE)
         sensor = st.add_point(io_address=1012, type=c104.Type.C_SE_NC_1)       # bus_12.vm: measured
-        frames: list = []
-
-        def on_receive_raw(connection: c104.Connection, data: bytes) -> None:
-            frames.append(c104.explain_bytes_dict(apdu=data))
-
-        con.on_receive_raw(callable=on_receive_raw)
+        wire = Wire(con)
         cl.start()
-
-        def data_transfer() -> bool:
-            if con.state == c104.ConnectionState.OPEN_MUTED:
-                con.unmute()                                        # STARTDT
-            return con.state == c104.ConnectionState.OPEN
-
-        _wait(data_transfer, proc, "c104 never connected")
-        p_set.value = 430.0
-        assert p_set.transmit(cause=c104.Cot.ACTIVATION), [f for f in frames if f.get("firstInformationObjectAddress") == 15005]
+        open_connection(con, 120.0, alive=lambda: proc.poll() is None)
+        assert command(p_set, 430.0, wire), wire.received          # select, execute: both confirmed
         for point, value in ((p_set, 1.0e5), (unknown, 1.0), (sensor, 1.0)):
-            frames.clear()
-            point.value = value
-            point.transmit(cause=c104.Cot.ACTIVATION)
-            _wait(lambda: _negative_seen(frames, point.io_address), proc, f"no negative answer for {point}")
+            command(point, value, wire)   # judged on the wire, not by c104's transmit(): see test_iec104_server
+            _wait(lambda: wire.negative(point.io_address), proc, f"no negative answer for {point}")
         time.sleep(1.0)                                             # ~10 loop steps at 10x with 430 MW applied
-        p_set.value = 420.0
-        assert p_set.transmit(cause=c104.Cot.ACTIVATION)
+        assert command(p_set, 420.0, wire)
         time.sleep(1.0)
         with ScapyIec104("127.0.0.1", port, timeout_s=30) as sc:   # values of a step the loop recorded
             sc.startdt()

@@ -23,6 +23,7 @@ pytest.importorskip("scapy.contrib.scada.iec104")
 from adapters.process import start_servers, stop_servers  # noqa: E402
 from hil.config import parse_scenario  # noqa: E402
 from hil.image import ProcessImage  # noqa: E402
+from tests.integration.iec104_c104 import Wire, command, open_connection  # noqa: E402
 from tests.integration.iec104_scapy import NEGATIVE, POSITIVE, ScapyIec104  # noqa: E402
 from tests.integration.net import free_port  # noqa: E402
 
@@ -147,7 +148,7 @@ def test_general_interrogation_returns_every_object_with_the_image_values(served
     cl.on_new_point(callable=on_new_point)
     cl.start()
     try:
-        _open(con)
+        open_connection(con, WAIT_S)
         assert con.interrogation(common_address=CA)
         points = {p.io_address: p for p in st.points}
         assert sorted(points) == sorted(want)
@@ -159,16 +160,6 @@ def test_general_interrogation_returns_every_object_with_the_image_values(served
                 assert p.value == (c104.Double.ON if value == 1.0 else c104.Double.OFF), ioa
     finally:
         cl.stop()
-
-
-def _open(con) -> None:
-    """Wait for the c104 connection, then start data transfer (STARTDT) if the client did not."""
-    deadline = time.monotonic() + WAIT_S
-    while con.state != c104.ConnectionState.OPEN:
-        if con.state == c104.ConnectionState.OPEN_MUTED:
-            con.unmute()
-        assert time.monotonic() < deadline, con.state
-        time.sleep(0.02)
 
 
 def test_setpoints_select_before_operate_range_checked_and_refusals_counted(served):
@@ -185,32 +176,26 @@ def test_setpoints_select_before_operate_range_checked_and_refusals_counted(serv
     sensor = st.add_point(io_address=1001, type=c104.Type.C_SE_NC_1)          # bus_1.vm: a measured value
     fixed = st.add_point(io_address=15001, type=c104.Type.C_SE_NC_1,            # gen_1.p_set is driver "fixed"
                          command_mode=c104.CommandMode.SELECT_AND_EXECUTE)
-    frames: list[dict] = []
-
-    def on_receive_raw(connection: c104.Connection, data: bytes) -> None:
-        frames.append(c104.explain_bytes_dict(apdu=data))
-
-    con.on_receive_raw(callable=on_receive_raw)
+    wire = Wire(con)
     cl.start()
     try:
-        _open(con)
-        sbo.value = 30.5
-        assert sbo.transmit(cause=c104.Cot.ACTIVATION)                  # select, then execute: both confirmed
+        open_connection(con, WAIT_S)
+        assert command(sbo, 30.5, wire)                          # select, then execute: both confirmed
         assert image.read_inputs()[i2] == np.float32(30.5)
         before = image.read_inputs()
         for point, value in ((sbo, hi + 1.0), (sbo, float("nan")), (direct, 10.0), (unknown, 1.0), (sensor, 1.0),
                              (fixed, 50.0)):
-            frames.clear()
-            point.value = value
-            point.transmit(cause=c104.Cot.ACTIVATION)
+            # the negative answer on the wire is what a SCADA sees; c104's client is not the judge of it:
+            # its transmit() may return True on a refused command (for an unknown IOA the server sends
+            # ACT_CON with P/N = 1, then the object again with COT 47 and P/N = 0, and the client can
+            # take the latter, also as the answer to the next command)
+            command(point, value, wire)
             deadline = time.monotonic() + WAIT_S      # the negative answer, as received on the wire
-            while not any(f.get("negative") and f.get("firstInformationObjectAddress") == point.io_address
-                          for f in list(frames)):
-                assert time.monotonic() < deadline, (point.io_address, value, frames)
+            while not wire.negative(point.io_address):
+                assert time.monotonic() < deadline, (point.io_address, value, wire.received)
                 time.sleep(0.02)
         np.testing.assert_array_equal(image.read_inputs(), before)     # no refused command touched the image
-        sbo.value = 12.0                                                 # and the server still takes commands
-        assert sbo.transmit(cause=c104.Cot.ACTIVATION)
+        assert command(sbo, 12.0, wire)                                  # and the server still takes commands
         assert image.read_inputs()[i2] == 12.0
     finally:
         cl.stop()
