@@ -10,7 +10,8 @@ and double commands C_DC_TA_1, in select-before-operate (`command_mode`, default
 - Spontaneous transmission (COT 3): after each new publish, the objects whose value moved by
   more than their deadband (double points: changed state), batched per type; a cyclic period
   (`report_ms`) adds periodic reports (COT 1) where configured.
-- Time tags: the wall-clock time (UTC) of the image publish the value comes from.
+- Time tags: the wall-clock time (UTC, ms) of the image publish in which the object's value last
+  changed (a GI returns the time of that change, as a substation's event time).
 - Quality: IV (invalid) while the value is not a number, e.g. before the loop's first publish.
 - Commands: c104 confirms the select (SbO) and calls back on the execute; the callback checks
   the command (`Commands.apply`: a plc-driven input's bounds, a published image) and writes the

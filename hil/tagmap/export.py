@@ -137,7 +137,7 @@ def header(scenario) -> dict:
         i = scenario.iec104
         out["iec104"] = {"host": i.host, "port": i.port, "common_address": i.common_address,
                          "command_mode": i.command_mode, "select_timeout_ms": i.select_timeout_ms,
-                         "time_tags": "CP56Time2a, UTC wall time of the image publish",
+                         "time_tags": "CP56Time2a, UTC wall time of the image publish in which the value last changed",
                          "layout": "map" if i.points else "auto"}
     return out
 

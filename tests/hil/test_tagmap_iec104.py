@@ -118,3 +118,51 @@ def test_a_group_skips_elements_driven_otherwise():
              inputs={"gen_2.p_set": {"driver": "profile", "profile": [[0.0, 10.0]]}})
     points = compile_points(sc.iec104, sc.plant.load().spec, sc)
     assert [p.ioa for p in points] == [100, 102, 103, 104]      # IOA 101 (gen_2) stays free
+
+
+def test_hil_tags_exports_the_objects(tmp_path):
+    """`hil tags --protocol iec104`: one row per object, IOA, type id, deadband, the station in the header."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hil.commands.tags import command
+
+    path = tmp_path / "g14.toml"
+    path.write_text(f'''[scenario]
+name = "g14"
+[plant]
+model = "grid"
+case = "{ROOT / "configs/grids/case14.m"}"
+[loop]
+step_s = 1.0
+duration_s = 10.0
+[iec104]
+common_address = 9
+[[iec104.points]]
+signal = "line.closed"
+ioa = 4001
+type = "double_point"
+[[iec104.points]]
+signal = "line.close_cmd"
+off_signal = "line.open_cmd"
+type = "double_command"
+ioa = 14001
+[[iec104.points]]
+signal = "bus.vm"
+ioa = 1001
+deadband = 0.002
+''')
+    res = CliRunner().invoke(command, [str(path), "--format", "json", "--protocol", "iec104"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["iec104"]["common_address"] == 9 and doc["iec104"]["command_mode"] == "select_and_execute"
+    rows = {r["ioa"]: r for r in doc["tags"]}
+    assert len(rows) == 20 + 20 + 14 and all(r["protocol"] == "iec104" for r in rows.values())
+    assert (rows[1012]["signal"], rows[1012]["type"], rows[1012]["deadband"],
+        rows[1012]["writable"]) == ("bus_12.vm", "M_ME_TF_1", 0.002, False)
+    assert (rows[4003]["type"], rows[4003]["kind"]) == ("M_DP_TB_1", "sensor")
+    assert (rows[14003]["type"], rows[14003]["signal"], rows[14003]["off_signal"], rows[14003]["writable"]) == (
+        "C_DC_TA_1", "line_3.close_cmd", "line_3.open_cmd", True)
+    csv = CliRunner().invoke(command, [str(path), "--protocol", "iec104"]).output.splitlines()
+    assert csv[0].endswith(",ioa,deadband,off_signal") and len(csv) == 1 + 54
