@@ -33,8 +33,12 @@ import signal
 import threading
 import time
 
-import c104
 import numpy as np
+
+try:
+    import c104
+except ImportError as exc:  # one line in the run's log (adapters/process.py), not a traceback
+    raise RuntimeError("the [iec104] server needs the c104 package: pip install -e '.[iec104]'") from exc
 
 from adapters.iec104_image import Commands, Monitor
 from hil.atomic import write_json_atomic

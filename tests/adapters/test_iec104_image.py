@@ -100,7 +100,8 @@ def test_commands_write_or_are_refused_without_touching_the_image(image):
     writes = image.counters()["input_writes"]
     for ioa, value, reason in ((100, 50.0001, "out_of_range"), (100, -1.0, "out_of_range"),
                                (100, math.nan, "not_a_number"), (100, math.inf, "not_a_number"),
-                               (1, 1.0, "unknown_ioa"), (999, 1.0, "unknown_ioa"), (102, "INTERMEDIATE", "invalid_state")):
+                               (1, 1.0, "unknown_ioa"), (999, 1.0, "unknown_ioa"),
+                               (102, "INTERMEDIATE", "invalid_state")):
         assert cmds.apply(ioa, value) == reason, (ioa, value)
     assert image.counters()["input_writes"] == writes and image.read_inputs().tolist() == [0.0] * 4
     assert cmds.apply(100, 50.0) is None                      # a bound itself is in range

@@ -5,8 +5,11 @@ A known race of c104 2.2's client on loopback: when the server's confirmation of
 arrives before the client starts waiting for it, the client logs `set_command_success` before
 `await_command_success`, reports False and never sends the execute (seen with
 c104.set_debug_mode(c104.Debug.Connection)). `command` repeats a select-before-operate command
-only in exactly that case (the client sent no execute frame for the IOA), at most `tries`
-times; any other failure is returned as it is.
+when the client reports False, no execute frame for the IOA was seen sent and no negative
+answer received, at most `tries` times; any other failure is returned as it is. The frame
+callbacks run on c104's thread, so a repeat may follow an execute that did go out: a repeat
+re-sends the same value (the same image write for a set-point), and tests that count
+commands send them with scapy's frames instead (tests/integration/iec104_scapy.py).
 """
 
 import time

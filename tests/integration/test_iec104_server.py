@@ -13,6 +13,7 @@ breakers as double points, unit set-points, breaker double commands and unit sin
 import datetime as dt
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,8 +27,6 @@ from hil.image import ProcessImage  # noqa: E402
 from tests.integration.iec104_c104 import Wire, command, open_connection  # noqa: E402
 from tests.integration.iec104_scapy import NEGATIVE, POSITIVE, ScapyIec104  # noqa: E402
 from tests.integration.net import free_port  # noqa: E402
-
-from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CA = 7
