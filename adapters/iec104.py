@@ -15,15 +15,16 @@ and double commands C_DC_TA_1, in select-before-operate (`command_mode`, default
 - Quality: IV (invalid) while the value is not a number, e.g. before the loop's first publish.
 - Commands: c104 confirms the select (SbO) and calls back on the execute; the callback checks
   the command (`Commands.apply`: a plc-driven input's bounds, a published image) and writes the
-  image in one atomic write. A refused execute gets a negative activation confirmation (P/N = 1)
+  image in one atomic write. A single or double command with a pulse qualifier (QU short / long
+  pulse) is released by the sampler once the loop has read it; otherwise it holds. A refused execute gets a negative activation confirmation (P/N = 1)
   and is counted by reason; so is a command to an unknown IOA or of the wrong type, which c104
   answers with COT 47 / 44 (negative) itself. Nothing on the wire reaches the loop otherwise.
 
 Process layout as the other servers (adapters/process.py): `serve_forever(scenario, image_name,
 ready, stop, summary_path=None)` runs until `stop` is set or SIGTERM / SIGINT; `ready` is set
 once clients can connect. Final counters (`final_counters`, JSON at `summary_path`):
-connections, commands_accepted, commands_refused (by reason), spontaneous (objects sent),
-publishes (image publishes sampled), points.
+connections, commands_accepted, commands_refused (by reason), pulses_released, spontaneous
+(objects sent), publishes (image publishes sampled), points.
 """
 
 import datetime as dt
@@ -104,7 +105,9 @@ class Iec104Server:
 
     def _on_command(self, point: c104.Point, previous_info: c104.Information,
                     message: c104.IncomingMessage) -> c104.ResponseState:
-        why = self.commands.apply(point.io_address, point.value)
+        qualifier = getattr(message.info, "qualifier", None)
+        pulse = getattr(qualifier, "name", "") in ("SHORT_PULSE", "LONG_PULSE")
+        why = self.commands.apply(point.io_address, point.value, pulse=pulse)
         if why is None:
             return self.c104.ResponseState.SUCCESS
         log.info("IEC 104 command to IOA %d (%s) refused: %s", point.io_address, point.type.name, why)
@@ -191,6 +194,7 @@ def serve(scenario, image: ProcessImage, stop: threading.Event, ready=None, spec
                 snap = image.snapshot()
                 srv.sample(snap)
                 seen = seq
+            srv.commands.release_pulses()
             stop.wait(poll_s)
     finally:
         srv.stop()

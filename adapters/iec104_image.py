@@ -11,11 +11,18 @@ NaN INDETERMINATE) and two masks:
   change), or it became or stopped being a number (the quality IV changes). Only these are
   transmitted with cause SPONTANEOUS, and only they move the reference `last`.
 
-`Commands.apply(ioa, value)` checks a command and writes it as one atomic image write, or returns
-why not (a reason key counted in `refused`): the image was never published (the loop has not
-started: no command is taken before its first step), an IOA that is no command point, a
-value that is not a number or lies outside the input's physical bounds, a double command state
-that is neither ON nor OFF. A refused command never touches the image.
+`Commands.apply(ioa, value, pulse=False)` checks a command and writes it as one atomic image
+write, or returns why not (a reason key counted in `refused`): the image was never published
+(the loop has not started: no command is taken before its first step), an IOA that is no
+command point, a value that is not a number or lies outside the input's physical bounds, a
+double command state that is neither ON nor OFF. A refused command never touches the image.
+
+Pulses: a single or double command with the qualifier short or long pulse (QU 1 / 2) is
+written as above and later released: `release_pulses()` (called by the server's sampler) puts
+its inputs back to their low bounds once the loop has read the write (the image's applied-write
+count reached it), so the plant sees the command in at least one step, as a pulse relay would
+give it. An input another write changed in between is left alone. Without a pulse qualifier
+(QU 0 "no additional definition", 3 persistent) a command holds.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections import Counter
 
 import numpy as np
 
-from hil.image import H_OUT_SEQ, InputsStale, ProcessImage
+from hil.image import H_IN_APPLIED_WRITES, H_OUT_SEQ, InputsStale, ProcessImage
 from hil.tagmap.iec104 import Point
 
 ON, OFF = "ON", "OFF"
@@ -75,7 +82,9 @@ class Commands:
         self.image = image
         self.accepted = 0
         self.refused: Counter = Counter()
+        self.pulses = 0
         self.last_write_seq = -1
+        self._pending: list[tuple[int, list[int], list[float], list[float]]] = []  # seq, indices, written, low
         self._lock = threading.Lock()
 
     def published(self) -> bool:
@@ -106,8 +115,9 @@ class Commands:
             return [p.index, p.off_index], [p.low, p.off_high]
         return "invalid_state"
 
-    def apply(self, ioa: int, value) -> str | None:
-        """Write the command to the image: None if done, else the reason it was refused."""
+    def apply(self, ioa: int, value, pulse: bool = False) -> str | None:
+        """Write the command to the image: None if done, else the reason it was refused.
+        pulse: a single or double command released after the loop read it (module doc)."""
         why = "not_started" if not self.published() else None
         plan = self.plan(ioa, value) if why is None else why
         if isinstance(plan, str):
@@ -116,10 +126,43 @@ class Commands:
             seq = self.image.write_inputs(*plan)
         except InputsStale:
             return self._count("image_busy")
+        p = self.by_ioa[ioa]
         with self._lock:
             self.accepted += 1
             self.last_write_seq = seq
+            if pulse and p.type != "setpoint":
+                low = [p.low] if p.type == "single_command" else [p.low, p.off_low]
+                self._pending.append((seq, plan[0], plan[1], low))
         return None
+
+    def release_pulses(self) -> int:
+        """Put the inputs of pulse commands the loop has read back to their low bounds; returns
+        how many commands were released."""
+        with self._lock:
+            if not self._pending:
+                return 0
+            taken = int(self.image.header[H_IN_APPLIED_WRITES])
+            due = [x for x in self._pending if x[0] <= taken]
+            self._pending = [x for x in self._pending if x[0] > taken]
+        if not due:
+            return 0
+        now = self.image.read_inputs()
+        indices, values = [], []
+        for _, idx, written, low in due:
+            for i, w, lo in zip(idx, written, low):
+                if now[i] == w and w != lo:        # still ours, and not already low
+                    indices.append(i)
+                    values.append(lo)
+        if indices:
+            try:
+                self.image.write_inputs(indices, values)
+            except InputsStale:                    # try again at the next sample
+                with self._lock:
+                    self._pending = due + self._pending
+                return 0
+        with self._lock:
+            self.pulses += len(due)
+        return len(due)
 
     def _count(self, reason: str) -> str:
         with self._lock:
@@ -132,4 +175,5 @@ class Commands:
 
     def counters(self) -> dict:
         with self._lock:
-            return {"commands_accepted": self.accepted, "commands_refused": dict(sorted(self.refused.items()))}
+            return {"commands_accepted": self.accepted, "commands_refused": dict(sorted(self.refused.items())),
+                    "pulses_released": self.pulses}

@@ -31,9 +31,10 @@ Types (IEC 60870-5-101/104 type identifications):
 - single_command: C_SC_TA_1 of an input: ON writes the input's high bound, OFF its low bound;
 - double_command: C_DC_TA_1 of a pair of inputs (`signal` written on ON, `off_signal` on OFF):
   ON writes signal = its high bound and off_signal = its low bound, OFF the reverse, in one atomic
-  image write. The command holds (level): for the grid's latched breaker, OFF is a held open
-  (lock-out) and ON a held close (recloses after a protection trip's cooldown), as a Modbus coil
-  held at 1 does.
+  image write. With a pulse qualifier (QU short / long pulse) the inputs go back to their low
+  bounds once the loop has read the command (adapters/iec104_image.py); otherwise the command
+  holds: for the grid's latched breaker, OFF is then a held open (lock-out) and ON a held close
+  (recloses after a protection trip's cooldown), as a Modbus coil held at 1 is.
 Commands go to inputs whose driver is "plc" only (`inputs.<name>.driver`, default "plc"): a
 single signal driven otherwise is a configuration error; in a group, such elements are left out
 (their IOAs stay free, so a command to one is refused as an unknown IOA).

@@ -118,3 +118,27 @@ def test_commands_write_or_are_refused_without_touching_the_image(image):
     assert c["commands_accepted"] == 5
     assert c["commands_refused"] == {"invalid_state": 1, "not_a_number": 2, "out_of_range": 2, "unknown_ioa": 2,
                                      "wrong_type": 1}
+
+
+def test_pulse_commands_are_released_once_the_loop_has_read_them(image):
+    image.publish(np.zeros(2), np.zeros(4), 0, 0.0)
+    cmds = Commands(POINTS, image)
+    assert cmds.apply(102, "OFF", pulse=True) is None          # double command: u3 (OFF input) pulsed
+    assert cmds.apply(101, True, pulse=True) is None           # single command ON pulsed
+    assert cmds.apply(100, 20.0, pulse=True) is None           # a set-point is never a pulse
+    assert image.read_inputs().tolist() == [20.0, 1.0, 0.0, 1.0]
+    assert cmds.release_pulses() == 0                          # the loop has not read them: held
+    assert image.read_inputs().tolist() == [20.0, 1.0, 0.0, 1.0]
+    dst = np.empty(4)
+    assert image.read_inputs_into(dst, mark_applied=True)      # the loop's read
+    assert cmds.release_pulses() == 2
+    assert image.read_inputs().tolist() == [20.0, 0.0, 0.0, 0.0]
+    assert cmds.counters()["pulses_released"] == 2
+    # an input another writer changed after the pulse is left as that writer set it
+    assert cmds.apply(101, True, pulse=True) is None
+    assert image.read_inputs_into(dst, mark_applied=True)
+    image.write_inputs([1], [0.5])                             # another writer (Modbus, OPC UA)
+    assert cmds.release_pulses() == 1 and image.read_inputs()[1] == 0.5
+    # without a pulse qualifier a command holds
+    assert cmds.apply(101, True) is None and image.read_inputs_into(dst, mark_applied=True)
+    assert cmds.release_pulses() == 0 and image.read_inputs()[1] == 1.0

@@ -131,10 +131,11 @@ class ScapyIec104:
         self._send_i(io, COT_ACT, common_address)
         return self._confirm("C_SE_NC_1", ioa)
 
-    def double_command(self, common_address: int, ioa: int, on: bool, select: bool):
-        """C_DC_TA_1 (DCS 2 = ON, 1 = OFF) with a CP56Time2a of now; returns the confirmation."""
+    def double_command(self, common_address: int, ioa: int, on: bool, select: bool, qu: int = 0):
+        """C_DC_TA_1 (DCS 2 = ON, 1 = OFF; QU 0 none, 1 short pulse, 2 long pulse, 3 persistent) with a
+        CP56Time2a of now; returns the confirmation."""
         t = time.gmtime()
-        io = IEC104_IO_C_DC_TA_1_IOA(information_object_address=ioa, s_or_e=int(select), qu=0, dcs=2 if on else 1,
+        io = IEC104_IO_C_DC_TA_1_IOA(information_object_address=ioa, s_or_e=int(select), qu=qu, dcs=2 if on else 1,
                                      sec_milli=t.tm_sec * 1000, minutes=t.tm_min, hours=t.tm_hour,
                                      day_of_month=t.tm_mday, month=t.tm_mon, year=t.tm_year % 100)
         self._send_i(io, COT_ACT, common_address)

@@ -228,7 +228,7 @@ def test_refusal_counters_reach_the_run_summary():
     assert counters["connections"] == 1 and counters["points"] == 1 + 14 + 20 + 20 + 4 + 20 + 5
 
 
-def test_breaker_double_command_writes_the_pair_atomically(served):
+def test_breaker_double_commands_held_and_pulsed(served):
     sc, spec, image, port = served
     _publish(image, spec, 1, _outputs(spec))
     o3, c3 = spec.index("inputs", "line_3.open_cmd"), spec.index("inputs", "line_3.close_cmd")
@@ -242,6 +242,18 @@ def test_breaker_double_command_writes_the_pair_atomically(served):
         assert c.double_command(CA, 14003, on=True, select=False).ack == POSITIVE
         u = image.read_inputs()
         assert (u[o3], u[c3]) == (0.0, 1.0)                       # ON: close held, open cleared
+        # a short pulse (QU 1): OFF writes open 1, close 0; once the loop has read it, open goes back to 0
+        assert c.double_command(CA, 14004, on=False, select=True, qu=1).ack == POSITIVE
+        assert c.double_command(CA, 14004, on=False, select=False, qu=1).ack == POSITIVE
+    o4, c4 = spec.index("inputs", "line_4.open_cmd"), spec.index("inputs", "line_4.close_cmd")
+    u = image.read_inputs()
+    assert (u[o4], u[c4]) == (1.0, 0.0)
+    assert image.read_inputs_into(np.empty(image.n_inputs), mark_applied=True)    # the loop's read
+    deadline = time.monotonic() + WAIT_S
+    while image.read_inputs()[o4] != 0.0:
+        assert time.monotonic() < deadline, "the pulse was never released"
+        time.sleep(0.02)
+    assert image.read_inputs()[c4] == 0.0 and image.read_inputs()[c3] == 1.0   # the held command stays
 
 
 def _reference_reports(values: list[float], deadband: float) -> list[float]:
