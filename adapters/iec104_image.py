@@ -86,6 +86,9 @@ class Commands:
         self.last_write_seq = -1
         self._pending: list[tuple[int, list[int], list[float], list[float]]] = []  # seq, indices, written, low
         self._lock = threading.Lock()
+        # the image's writers' lock is an flock, which does not exclude two threads of one process
+        # (c104's callback thread and the sampler releasing pulses): they take this one first
+        self._write_lock = threading.Lock()
 
     def published(self) -> bool:
         """The loop published its outputs at least once: there is a loop to take a command."""
@@ -123,7 +126,8 @@ class Commands:
         if isinstance(plan, str):
             return self._count(plan)
         try:
-            seq = self.image.write_inputs(*plan)
+            with self._write_lock:
+                seq = self.image.write_inputs(*plan)
         except InputsStale:
             return self._count("image_busy")
         p = self.by_ioa[ioa]
@@ -146,20 +150,21 @@ class Commands:
             self._pending = [x for x in self._pending if x[0] > taken]
         if not due:
             return 0
-        now = self.image.read_inputs()
-        indices, values = [], []
-        for _, idx, written, low in due:
-            for i, w, lo in zip(idx, written, low):
-                if now[i] == w and w != lo:        # still ours, and not already low
-                    indices.append(i)
-                    values.append(lo)
-        if indices:
-            try:
-                self.image.write_inputs(indices, values)
-            except InputsStale:                    # try again at the next sample
-                with self._lock:
-                    self._pending = due + self._pending
-                return 0
+        with self._write_lock:
+            now = self.image.read_inputs()
+            indices, values = [], []
+            for _, idx, written, low in due:
+                for i, w, lo in zip(idx, written, low):
+                    if now[i] == w and w != lo:        # still ours, and not already low
+                        indices.append(i)
+                        values.append(lo)
+            if indices:
+                try:
+                    self.image.write_inputs(indices, values)
+                except InputsStale:                    # try again at the next sample
+                    with self._lock:
+                        self._pending = due + self._pending
+                    return 0
         with self._lock:
             self.pulses += len(due)
         return len(due)

@@ -26,7 +26,7 @@ from scapy.contrib.scada.iec104 import (
     iec104_decode,
 )
 
-COT_ACT, COT_ACTCON, COT_ACTTERM, COT_SPONT, COT_INROGEN = 6, 7, 10, 3, 20
+COT_CYCLIC, COT_ACT, COT_ACTCON, COT_ACTTERM, COT_SPONT, COT_INROGEN = 1, 6, 7, 10, 3, 20
 POSITIVE, NEGATIVE = 0, 1
 
 
@@ -38,6 +38,7 @@ class ScapyIec104:
         self.rx = 0
         self.buf = b""
         self.spontaneous: list = []   # (ioa, type name, object) of COT 3 frames seen while waiting
+        self.cyclic: list = []        # ... of COT 1 (periodic) frames
 
     def __enter__(self):
         return self
@@ -142,13 +143,15 @@ class ScapyIec104:
         return self._confirm("C_DC_TA_1", ioa)
 
     def wait_spontaneous(self, timeout_s: float) -> list:
-        """Collect spontaneous objects for `timeout_s` (s)."""
+        """Collect spontaneous (and cyclic, in `cyclic`) objects for `timeout_s` (s)."""
         deadline = time.monotonic() + timeout_s
         try:
             while True:
                 pkt = self._next_i(deadline)
                 if pkt.cot == COT_SPONT:
                     self.spontaneous.extend(self.objects(pkt))
+                elif pkt.cot == COT_CYCLIC:
+                    self.cyclic.extend(self.objects(pkt))
         except TimeoutError:
             pass
         return self.spontaneous

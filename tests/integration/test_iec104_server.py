@@ -42,6 +42,7 @@ def _scenario(port: int):
         "inputs": {"gen_1.p_set": {"driver": "fixed", "value": 100.0}},
         "iec104": {"port": port, "common_address": CA, "tick_ms": 50, "points": [
             {"signal": "grid.frequency", "ioa": 1, "deadband": 0.01},
+            {"signal": "grid.islands", "ioa": 2, "report_ms": 100},        # cyclic, every 100 ms
             {"signal": "bus.vm", "ioa": 1001, "deadband": 0.001},
             {"signal": "line.p_mw", "ioa": 2001, "deadband": 1.0},
             {"signal": "line.closed", "ioa": 4001, "type": "double_point"},
@@ -103,7 +104,7 @@ def test_before_the_first_publish_objects_are_invalid_and_commands_refused(serve
     with ScapyIec104("127.0.0.1", port) as c:
         c.startdt()
         objs = c.interrogation(CA)
-        assert len(objs) == 1 + 14 + 20 + 20          # every monitor object of the map
+        assert len(objs) == 2 + 14 + 20 + 20          # every monitor object of the map
         assert all(io.iv == 1 for _, io in objs.values())
         assert c.setpoint(CA, 15002, 30.0, select=True).ack == POSITIVE      # c104 confirms the select
         assert c.setpoint(CA, 15002, 30.0, select=False).ack == NEGATIVE     # no loop to take it yet
@@ -122,7 +123,8 @@ def test_general_interrogation_returns_every_object_with_the_image_values(served
         c.startdt()
         objs = _gi_until(c, 1, 49.93)
     t_after = time.time()
-    want = {1: ("M_ME_TF_1", y[spec.index("outputs", "grid.frequency")])}
+    want = {1: ("M_ME_TF_1", y[spec.index("outputs", "grid.frequency")]),
+            2: ("M_ME_TF_1", y[spec.index("outputs", "grid.islands")])}
     want |= {1000 + b: ("M_ME_TF_1", y[spec.index("outputs", f"bus_{b}.vm")]) for b in range(1, 15)}
     want |= {2000 + k: ("M_ME_TF_1", y[spec.index("outputs", f"line_{k}.p_mw")]) for k in range(1, 21)}
     want |= {4000 + k: ("M_DP_TB_1", y[spec.index("outputs", f"line_{k}.closed")]) for k in range(1, 21)}
@@ -223,9 +225,9 @@ def test_refusal_counters_reach_the_run_summary():
     assert counters["commands_accepted"] == 1
     assert counters["commands_refused"] == {"out_of_range": 1, "unknown_ioa": 1}
     assert image_value == 40.0
-    # monitor: frequency, 14 buses, 20 lines, 20 breakers; commands: units 2-5 (unit 1 is driven
-    # "fixed", so its set-point is no command object), 20 breakers, 5 unit commands
-    assert counters["connections"] == 1 and counters["points"] == 1 + 14 + 20 + 20 + 4 + 20 + 5
+    # monitor: frequency, islands, 14 buses, 20 lines, 20 breakers; commands: units 2-5 (unit 1 is
+    # driven "fixed", so its set-point is no command object), 20 breakers, 5 unit commands
+    assert counters["connections"] == 1 and counters["points"] == 2 + 14 + 20 + 20 + 4 + 20 + 5
 
 
 def test_breaker_double_commands_held_and_pulsed(served):
@@ -290,3 +292,15 @@ def test_spontaneous_reports_respect_the_deadband(served):
     # objects that never moved: reported once, at the first publish
     assert sum(1 for ioa, _, _ in c.spontaneous if ioa == 1005) == 1
     assert all(math.isfinite(io.scaled_value) for ioa, t, io in c.spontaneous if t == "M_ME_TF_1")
+
+
+def test_cyclic_reports_carry_the_current_value(served):
+    sc, spec, image, port = served
+    _publish(image, spec, 1, _outputs(spec, **{"grid.islands": 2.0}))
+    with ScapyIec104("127.0.0.1", port) as c:
+        c.startdt()
+        deadline = time.monotonic() + WAIT_S      # three periodic reports (COT 1) of IOA 2, none of the others
+        while sum(1 for o in c.cyclic if o[0] == 2 and o[2].scaled_value == 2.0) < 3:
+            c.wait_spontaneous(0.2)
+            assert time.monotonic() < deadline, c.cyclic
+    assert {o[0] for o in c.cyclic} == {2}
