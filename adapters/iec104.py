@@ -18,7 +18,8 @@ and double commands C_DC_TA_1, in select-before-operate (`command_mode`, default
   image in one atomic write. A single or double command with a pulse qualifier (QU short / long
   pulse) is released by the sampler once the loop has read it; otherwise it holds. A refused execute gets a negative activation confirmation (P/N = 1)
   and is counted by reason; so is a command to an unknown IOA or of the wrong type, which c104
-  answers with COT 47 / 44 (negative) itself. Nothing on the wire reaches the loop otherwise.
+  answers negatively itself (COT 47 / 44). An execute without its select is refused by c104
+  before any callback (not counted). Nothing on the wire reaches the loop otherwise.
 
 Process layout as the other servers (adapters/process.py): `serve_forever(scenario, image_name,
 ready, stop, summary_path=None)` runs until `stop` is set or SIGTERM / SIGINT; `ready` is set
