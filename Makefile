@@ -17,7 +17,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "torch==2.13.0"  # CPU build for the rl extra (see pyproject.toml)
-	$(BIN)/pip install -q -e ".[test,bench,docs,rl,dashboard]"
+	$(BIN)/pip install -q -e ".[test,bench,docs,rl,dashboard,iec104]"
 	touch $(STAMP)
 
 venv: $(STAMP)

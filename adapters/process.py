@@ -11,8 +11,9 @@ the servers up.
 
 Final counters: each server writes its totals as JSON (`summary_path`, a file in a private
 temporary directory made by `start_servers`) when it stops; `stop_servers` returns them as
-{"modbus": {...}, "opcua": {...}} for the run summary (a server that left none gives
-{"error": "..."}). Fields: adapters.modbus.final_counters, adapters.opcua.final_counters.
+{"modbus": {...}, "opcua": {...}, "iec104": {...}} for the run summary (a server that left none
+gives {"error": "..."}). Fields: adapters.modbus.final_counters, adapters.opcua.final_counters,
+adapters.iec104 (module doc).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 SERVERS = {
     "modbus": "adapters.modbus",
     "opcua": "adapters.opcua",
+    "iec104": "adapters.iec104",
 }
 
 
@@ -67,7 +69,7 @@ def _wait_ready(ready, proc, max_s: float | None) -> str | None:
 
 def start_servers(scenario, image_name: str, timeout_s: float | None = None,
                   modbus_request_log: str | None = None, shared_list: str | None = None) -> list[ServerProcess]:
-    """Start a server process for each of [modbus] and [opcua] the scenario configures
+    """Start a server process for each of [modbus], [opcua] and [iec104] the scenario configures
     and does not switch off (`enabled = false`).
 
     modbus_request_log: where the Modbus server dumps its per-request timing log at
@@ -149,6 +151,10 @@ def counters_line(kind: str, c: dict) -> str:
     """One human line of a server's final counters (the `hil run` summary)."""
     if "error" in c:
         return c["error"]
+    if kind == "iec104":
+        from adapters.iec104 import final_counters_line
+
+        return final_counters_line(c)
     if kind == "modbus":
         return (f"{c['connections']} connections ({c['refused_connections']} refused, {c['idle_closed']} closed "
                 f"idle), {c['requests']} requests ({c['reads']} reads, {c['writes']} writes), "

@@ -115,7 +115,7 @@ def print_summary(console, summary: dict) -> None:
         console.print(f"  scheduling: {describe_scheduling(summary['scheduling'])}")
     from adapters.process import counters_line
 
-    for kind in ("modbus", "opcua"):  # the protocol servers' final counters
+    for kind in ("modbus", "opcua", "iec104"):  # the protocol servers' final counters
         if summary.get(kind):
             console.print(f"  {kind}: {counters_line(kind, summary[kind])}", markup=False)
     for a in summary.get("alarms", []):

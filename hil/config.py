@@ -200,10 +200,11 @@ class Scenario(StrictModel):
     recording: RecordingSection = Field(default_factory=RecordingSection)
     # Subsystem sections (validated by their own modules, see below).
     # validated by their own models in parse_scenario (hil.numbers rules included)
-    NUMBERS_CHECKED_ELSEWHERE: ClassVar[tuple[str, ...]] = ("modbus", "opcua", "softplc", "gaps", "bus", "safety",
-                                                            "policy", "gym")
+    NUMBERS_CHECKED_ELSEWHERE: ClassVar[tuple[str, ...]] = ("modbus", "opcua", "iec104", "softplc", "gaps", "bus",
+                                                            "safety", "policy", "gym")
     modbus: Any = None
     opcua: Any = None
+    iec104: Any = None
     softplc: Any = None
     gaps: Any = None
     bus: Any = None
@@ -216,7 +217,7 @@ class Scenario(StrictModel):
         return self.scenario.name
 
     def served(self, kind: str):
-        """The [modbus] or [opcua] section if a server is to be started for it: configured
+        """The [modbus], [opcua] or [iec104] section if a server is to be started for it: configured
         and not switched off (`enabled = false` binds nothing); else None."""
         section = getattr(self, kind)
         return section if section is not None and getattr(section, "enabled", True) else None
@@ -226,7 +227,7 @@ class Scenario(StrictModel):
         return [k for k in SERVER_KINDS if getattr(self, k) is not None and self.served(k) is None]
 
 
-SERVER_KINDS = ("modbus", "opcua")  # sections that start a protocol server process
+SERVER_KINDS = ("modbus", "opcua", "iec104")  # sections that start a protocol server process
 
 # Subsystem section -> (module, model class): hil/sections.py. Each owns its schema and checks.
 assert set(SUBSYSTEM_SECTIONS) == set(Scenario.NUMBERS_CHECKED_ELSEWHERE)

@@ -66,6 +66,8 @@ def scenario_bindings(scenario, *, servers: bool = True, bus: bool = True) -> li
             out.append(Binding("modbus.port", "Modbus TCP server", scenario.modbus.host, scenario.modbus.port))
         if scenario.served("opcua") is not None:
             out.append(Binding("opcua.port", "OPC UA server", scenario.opcua.host, scenario.opcua.port))
+        if scenario.served("iec104") is not None:
+            out.append(Binding("iec104.port", "IEC 60870-5-104 server", scenario.iec104.host, scenario.iec104.port))
     if bus and scenario.bus is not None:
         names = list(LOOP_BUS_ENDPOINTS)
         if scenario.policy is not None and getattr(scenario.policy, "launch", False):

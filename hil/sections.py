@@ -8,6 +8,7 @@ from __future__ import annotations
 SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
     "modbus": ("hil.tagmap.modbus", "ModbusSection"),
     "opcua": ("hil.tagmap.opcua", "OpcuaSection"),
+    "iec104": ("hil.tagmap.iec104", "Iec104Section"),
     "softplc": ("hil.softplc.config", "SoftPlcSection"),
     "gaps": ("hil.gaps.config", "GapsSection"),
     "bus": ("hil.bus_config", "BusSection"),

@@ -41,7 +41,7 @@ def run_paths(out_dir: Path, run_id: str) -> tuple[Path, Path]:
     return Path(out_dir) / "runs" / run_id, Path(out_dir) / "results" / f"{run_id}.json"
 
 
-SERVER_SECTIONS = ("modbus", "opcua")
+SERVER_SECTIONS = ("modbus", "opcua", "iec104")
 
 
 def _extra_overrides(c: Campaign, run: RunSpec, run_dir: Path, ipc_dir: str, sc0, ports: list[int]) -> dict:

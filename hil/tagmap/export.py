@@ -23,6 +23,13 @@ Columns (every row; a column that does not apply to the protocol is empty in CSV
                   (stable whatever the folder layout); clients resolve the index at connect time
     browse_path   OPC UA browse path below Objects, browse names without escapes
     display_name  OPC UA DisplayName
+    ioa           IEC 104 information object address (of the station at header iec104.common_address)
+    deadband      IEC 104 monitor objects: absolute deadband of spontaneous transmission (plant unit)
+    off_signal    IEC 104 double commands: the input written on OFF (`signal` is written on ON)
+
+IEC 104 rows: `type` is the type identification (M_ME_TF_1, M_DP_TB_1, C_SE_NC_1, C_SC_TA_1,
+C_DC_TA_1), `kind` sensor (monitor object) or actuator (command object), `low`/`high` the
+signal's physical bounds (set-points outside are refused with a negative confirmation).
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ import csv
 import io
 
 COLUMNS = ("protocol", "signal", "kind", "unit", "low", "high", "writable", "table", "address", "registers", "type",
-           "word_order", "byte_order", "layout", "scale", "offset", "node_id", "browse_path", "display_name")
+           "word_order", "byte_order", "layout", "scale", "offset", "node_id", "browse_path", "display_name", "ioa",
+           "deadband", "off_signal")
 _LAYOUT = {("big", "big"): "ABCD", ("little", "big"): "CDAB", ("big", "little"): "BADC", ("little", "little"): "DCBA"}
 
 
@@ -86,12 +94,31 @@ def opcua_rows(scenario, spec) -> list[dict]:
     return rows
 
 
-def tag_rows(scenario, spec, protocols: tuple[str, ...] = ("modbus", "opcua")) -> list[dict]:
+def iec104_rows(scenario, spec) -> list[dict]:
+    """One row per IEC 104 information object (the map's, or the automatic layout), in IOA order."""
+    from hil.tagmap.iec104 import compile_points
+
+    if scenario.iec104 is None:
+        return []
+    rows = []
+    for p in compile_points(scenario.iec104, spec, scenario):
+        rows.append(_row(protocol="iec104", signal=p.signal, kind="actuator" if p.is_command else "sensor",
+                         unit=p.unit, low=p.low, high=p.high, writable=p.is_command, type=p.type_id, ioa=p.ioa,
+                         deadband=None if p.is_command else p.deadband, off_signal=p.off_signal))
+    return rows
+
+
+PROTOCOLS = ("modbus", "opcua", "iec104")
+
+
+def tag_rows(scenario, spec, protocols: tuple[str, ...] = PROTOCOLS) -> list[dict]:
     rows = []
     if "modbus" in protocols:
         rows += modbus_rows(scenario, spec)
     if "opcua" in protocols:
         rows += opcua_rows(scenario, spec)
+    if "iec104" in protocols:
+        rows += iec104_rows(scenario, spec)
     return rows
 
 
@@ -106,6 +133,12 @@ def header(scenario) -> dict:
     if scenario.opcua is not None:
         o = scenario.opcua
         out["opcua"] = {"endpoint": o.endpoint_url(), "namespace_uri": o.namespace(scenario.name)}
+    if scenario.iec104 is not None:
+        i = scenario.iec104
+        out["iec104"] = {"host": i.host, "port": i.port, "common_address": i.common_address,
+                         "command_mode": i.command_mode, "select_timeout_ms": i.select_timeout_ms,
+                         "time_tags": "CP56Time2a, UTC wall time of the image publish in which the value last changed",
+                         "layout": "map" if i.points else "auto"}
     return out
 
 

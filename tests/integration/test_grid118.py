@@ -95,6 +95,7 @@ def test_servers_and_softplc_over_real_sockets(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "hil.cli", "run", str(path), "--json", "--quiet", "--wall", "120",
          "--record", str(tmp_path / "rec"), "--set", f"modbus.port={mb}", "--set", f"opcua.port={uap}",
+         "--set", "iec104.enabled=false",   # tests/integration/test_iec104_grid.py serves it
          "--set", "loop.time_scale=10.0", "--set", "loop.priority=0", "--set", "loop.cpu=-1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     stop = threading.Event()

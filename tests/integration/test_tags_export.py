@@ -83,7 +83,8 @@ def test_export_reads_a_live_server(tmp_path):
     rec = tmp_path / "rec"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hil.cli", "run", str(CONFIG), "--json", "--quiet", "--wall", "150", "--record",
-         str(rec), "--set", f"modbus.port={mb}", "--set", f"opcua.port={uap}", "--set", "loop.priority=0",
+         str(rec), "--set", f"modbus.port={mb}", "--set", f"opcua.port={uap}", "--set", "iec104.enabled=false",
+         "--set", "loop.priority=0",
          "--set", "loop.cpu=-1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
