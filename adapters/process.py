@@ -44,7 +44,7 @@ class ServerProcess:
 def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwargs: dict) -> None:
     import importlib
 
-    from hil.rt import die_with_parent, set_normal
+    from hil.loop.rt import die_with_parent, set_normal
 
     set_normal()  # never inherit the loop's SCHED_FIFO
     if not die_with_parent():  # SIGTERM (a clean stop) when the loop dies, even by SIGKILL

@@ -16,7 +16,7 @@ In one run, over the same transport:
 - projection_us: Projector.project per call on the scenario's envelope (box, rate, linear
   limit), for a proposal that is clipped (the costlier path: the clip reasons are built).
 - auth: per frame kind, encoding + signing and authenticating + checking (CPU us, binary
-  frames of hil/bus_wire.py); hil's round trip signs and checks them inside its measured time;
+  frames of hil/bus/wire.py); hil's round trip signs and checks them inside its measured time;
 - hop_cpu_us: the CPU time of each hop's own work (loop publish, policy answer, safety
   observation / decision / bookkeeping, loop take), in this process with stand-in sockets: what
   hil adds per hop, measured so that load from other processes distorts it little.

@@ -40,8 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hil import rt  # noqa: E402
-from hil.stats import LatencyHistogram  # noqa: E402
+from hil.loop import rt  # noqa: E402
+from hil.loop.stats import LatencyHistogram  # noqa: E402
 
 
 def summarize(h: LatencyHistogram) -> dict:

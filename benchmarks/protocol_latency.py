@@ -94,7 +94,7 @@ def stats(values, scale: float = 1.0, nd: int = 3, qs=(50, 99)) -> dict:
 
 
 def _normal_priority() -> str:
-    from hil.rt import set_normal
+    from hil.loop.rt import set_normal
 
     set_normal()
     return _policy_name(os.sched_getscheduler(0))

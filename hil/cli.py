@@ -80,7 +80,7 @@ def print_banner(console, scenario, runtime, sim_s: float, lockstep: bool) -> No
 
 def print_scheduling(console):
     """Runtime.on_scheduled callback: the scheduling obtained, once, before the loop starts."""
-    from hil.rt import describe_scheduling
+    from hil.loop.rt import describe_scheduling
 
     def show(sched: dict, warnings: list) -> None:
         if sched.get("lockstep"):
@@ -110,7 +110,7 @@ def print_summary(console, summary: dict) -> None:
         f"{summary['non_finite_inputs']} non-finite held, {summary['torn_input_reads']} torn reads skipped"
     )
     if summary.get("scheduling") and summary["mode"] == "realtime":
-        from hil.rt import describe_scheduling
+        from hil.loop.rt import describe_scheduling
 
         console.print(f"  scheduling: {describe_scheduling(summary['scheduling'])}")
     from adapters.process import counters_line

@@ -112,7 +112,7 @@ class LoopSection(StrictModel):
     priority: Annotated[int, Field(ge=0, le=99)] | Literal["auto"] = Field(
         default="auto",
         description="SCHED_FIFO priority 1..99, 0 = normal scheduling, 'auto' = SCHED_FIFO 80 where "
-        "permitted, else normal with one warning (hil.rt.apply_loop_scheduling)",
+        "permitted, else normal with one warning (hil.loop.rt.apply_loop_scheduling)",
     )
     cpu: Annotated[int, Field(ge=-1)] | Literal["auto"] = Field(
         default="auto",

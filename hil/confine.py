@@ -1,7 +1,7 @@
 """Keeping the policy process away from the safety's secrets: what confinement a run obtains.
 
 The policy is untrusted code (a hostile or buggy author). It holds only the keys of its own
-channels (obs, proposal, command: hil/bus_auth.py), so it cannot sign an action or a supervisor
+channels (obs, proposal, command: hil/bus/auth.py), so it cannot sign an action or a supervisor
 decision, provided it can reach nothing that holds the full run secret:
 
 - the secret goes to the safety process, and the policy's channel keys to the policy, over an
@@ -170,7 +170,7 @@ def policy_dir(run_dir: str) -> str:
 def prepare_policy_dir(run_dir: str, conf: Confinement) -> str:
     """Create `<run_dir>/policy` for the policy process (0700, owned by its uid) and open the
     run directory for traversal only (0711) when the policy runs under another uid. The run
-    directory must exist and have been checked (hil.bus_auth.ensure_private_dir)."""
+    directory must exist and have been checked (hil.bus.auth.ensure_private_dir)."""
     d = policy_dir(run_dir)
     try:
         os.mkdir(d, 0o700)
@@ -191,7 +191,7 @@ def policy_dir_owner(d: str) -> int | None:
     0700, under a run directory of this user (so only this user can have made it); else None."""
     if os.path.basename(d) != POLICY_SUBDIR:
         return None
-    from hil.bus_config import run_dir_problem
+    from hil.bus.config import run_dir_problem
 
     parent = os.path.dirname(d)
     if run_dir_problem(parent) is not None or not os.path.isdir(parent):

@@ -42,8 +42,8 @@ def _paths(scenario_name: str, pid: int) -> tuple[str, str]:
 
 
 def histogram_buckets(counts: np.ndarray) -> list[list[float]]:
-    """[[bucket low (us), count], ...] of the non-empty buckets of a hil.stats histogram."""
-    from hil.stats import bucket_low
+    """[[bucket low (us), count], ...] of the non-empty buckets of a hil.loop.stats histogram."""
+    from hil.loop.stats import bucket_low
 
     idx = np.flatnonzero(counts)
     return [[float(lo) * 1e-3, int(c)] for lo, c in zip(bucket_low(idx), counts[idx])]

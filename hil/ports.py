@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hil.errors import ConfigError
 
-# Which process binds which bus endpoint (hil/bus_config.py): the loop binds the observation
+# Which process binds which bus endpoint (hil/bus/config.py): the loop binds the observation
 # and action endpoints; the safety process (started by `hil run` when [policy].launch) the rest.
 LOOP_BUS_ENDPOINTS = ("obs_policy", "obs_safety", "action")
 SAFETY_BUS_ENDPOINTS = ("proposal", "command", "advice", "control")

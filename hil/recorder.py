@@ -106,7 +106,7 @@ def _recorder_main(shm_name: str, directory: str, columns: list[str], flush_inte
     """Recorder process: drain the ring into parts until closed or orphaned."""
     import pyarrow.parquet  # noqa: F401  (load the libraries now, not at the first flush)
 
-    from hil.rt import set_normal
+    from hil.loop.rt import set_normal
 
     set_normal()
     if ready is not None:

@@ -1,11 +1,11 @@
 """Where a scenario's run directory is when its default cannot be used, and how the
 operator's commands find it again.
 
-The default run directory `<tmp>/hil-<user>-<scenario>` (hil/bus_config.py) is predictable
+The default run directory `<tmp>/hil-<user>-<scenario>` (hil/bus/config.py) is predictable
 so that `hil safety status|promote|demote|rollback SCENARIO` find a run by the scenario
 alone. Predictable also means another local user can create it first (or a file, or a
 symlink, or a directory with loose permissions): hil never puts sockets or a key there
-(hil.bus_config.run_dir_problem), and before this module such a squatter blocked every run
+(hil.bus.config.run_dir_problem), and before this module such a squatter blocked every run
 of the scenario. Now:
 
 - `pin_run_dir(scenario)` (the runtime, before anything is bound): when `[bus] ipc_dir` is
@@ -88,7 +88,7 @@ def _user() -> str:
 def pin_run_dir(scenario):
     """(scenario, reason): the scenario with `[bus] ipc_dir` pinned to a fresh private directory
     when its default run directory is unusable (reason says why and where), else (scenario, None)."""
-    from hil.bus_config import run_dir_problem
+    from hil.bus.config import run_dir_problem
 
     bus = getattr(scenario, "bus", None)
     if bus is None or not bus.enabled or bus.transport != "ipc" or bus.ipc_dir:
@@ -97,7 +97,7 @@ def pin_run_dir(scenario):
     problem = run_dir_problem(default)
     if problem is None:
         return scenario, None
-    from hil.bus_config import IPC_PATH_MAX
+    from hil.bus.config import IPC_PATH_MAX
 
     prefix = f"hil-{_user()}-{scenario.name}-"
     if len(default) + 9 + len("/policy/obs_policy") > IPC_PATH_MAX:  # keep ipc paths short enough

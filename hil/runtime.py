@@ -18,10 +18,10 @@ Every step k (simulated time t = k * step_s, plant units inside the plant):
     recorder.append(row)                  one row copy into the ring
 
 Names are resolved to index arrays in `__init__`; the per-step path touches arrays only,
-through allocation-free kernels (hil/loop_kernels.py). The garbage collector is frozen and
-disabled while the loop runs and collected at the status tick (hil/gc_control.py). The
+through allocation-free kernels (hil/loop/kernels.py). The garbage collector is frozen and
+disabled while the loop runs and collected at the status tick (hil/loop/gc.py). The
 status tick (every `loop.status_interval_s` of wall time) checks the helper processes
-(hil/health.py) and hands a snapshot to a thread that shows it (hil/status.py): nothing on
+(hil/health.py) and hands a snapshot to a thread that shows it (hil/loop/status.py): nothing on
 the status path can block the loop.
 Protocol servers, the recorder, the policy and the safety wrapper run in their own
 processes (the loop's interpreter must not share its GIL with asyncio servers); they are
@@ -41,19 +41,19 @@ from typing import Callable
 
 import numpy as np
 
-from hil import rt
-from hil.clock import LockstepClock, RealtimeClock
+from hil.loop import rt
+from hil.loop.clock import LockstepClock, RealtimeClock
 from hil.config import SERVER_KINDS, Scenario
 from hil.errors import ConfigError, PlantDiverged, RunStopped  # noqa: F401  (RunStopped re-exported)
-from hil.gc_control import LoopGc
+from hil.loop.gc import LoopGc
 from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_SAFETY_LOST, EXIT_STATE_OUT_OF_BOUNDS, Alarms,
                         ChildWatch, InputWatch, OutputWatches, StateBounds)
 from hil.image import ProcessImage
 from hil.loop.plant import load_correction, scenario_plant
 from hil.loop.step import LoopStep
-from hil.loop_kernels import take_into
+from hil.loop.kernels import take_into
 from hil.recorder import Recorder, RecorderDied, column_dtypes, columns_for
-from hil.status import StatusReporter
+from hil.loop.status import StatusReporter
 
 DRIVERS = ("plc", "fixed", "profile", "bus")
 
@@ -409,7 +409,7 @@ class Runtime:
         """Run to the duration (or a stop request / plant failure); returns the summary.
 
         on_status(dict) gets a status snapshot every `loop.status_interval_s` of wall time,
-        in a thread of its own (hil/status.py): it may block without stalling the loop;
+        in a thread of its own (hil/loop/status.py): it may block without stalling the loop;
         on_started once the servers listen and before the loop raises its priority (the
         place to start further processes, e.g. a SoftPLC, so that they do not inherit
         SCHED_FIFO); on_stopping once the loop has stopped, before the servers do (stop

@@ -11,7 +11,7 @@ SUBSYSTEM_SECTIONS: dict[str, tuple[str, str]] = {
     "iec104": ("hil.tagmap.iec104", "Iec104Section"),
     "softplc": ("hil.softplc.config", "SoftPlcSection"),
     "gaps": ("hil.gaps.config", "GapsSection"),
-    "bus": ("hil.bus_config", "BusSection"),
+    "bus": ("hil.bus.config", "BusSection"),
     "safety": ("hil.safety.config", "SafetySection"),
     "policy": ("hil.safety.config", "PolicySection"),
     "gym": ("hil.gym.config", "GymSection"),

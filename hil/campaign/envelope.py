@@ -35,7 +35,7 @@ PASS, FAIL, NA = "pass", "fail", "n/a"
 
 
 def _driven(sc, spec) -> list[str]:
-    from hil.bus_config import bus_input_names
+    from hil.bus.config import bus_input_names
 
     return bus_input_names(sc, spec)
 

@@ -28,7 +28,7 @@ from hil.ports import bind_free
 
 
 def _softplc_main(scenario, port: int, stop, record_path: str, results) -> None:
-    from hil.rt import set_normal
+    from hil.loop.rt import set_normal
     from hil.softplc import run_softplc
 
     set_normal()

@@ -23,7 +23,7 @@ PLOTTED = ["dissolved_oxygen", "agitation_power", "glucose", "feed_rate", "ph", 
 
 
 def _softplc_main(scenario, stop, record_path: str, results) -> None:
-    from hil.rt import set_normal
+    from hil.loop.rt import set_normal
     from hil.softplc import run_softplc
 
     set_normal()

@@ -213,7 +213,7 @@ def check_fallback_cmd(config, hours, runs) -> None:
     """Validate the fallback controller on its own: it alone must keep every output in bounds."""
     import numpy as np
 
-    from hil.bus_config import action_input_names
+    from hil.bus.config import action_input_names
     from hil.policy.fit import _Sim
     from hil.safety.fallback import FallbackController
 

@@ -53,7 +53,7 @@ class GymSection(StrictModel):
         return v
 
     def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
-        from hil.bus_config import bus_input_names
+        from hil.bus.config import bus_input_names
         from hil.gym.expr import Expression
         from hil.safety.config import signal_index
         from hil.policy.features import split_feature

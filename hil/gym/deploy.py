@@ -83,7 +83,7 @@ def shadow_run(config, policy_dir, version: str, *, duration_s: float, seed: int
 
 def comparison(scenario, work: Path) -> dict:
     """Proposals vs the baseline's actions from a shadow run's decision log and recording."""
-    from hil.bus_config import action_input_names
+    from hil.bus.config import action_input_names
     from hil.gym.expr import Expression
     from hil.recorder import read_recording
     from plants.base import load_plant_module

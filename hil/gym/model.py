@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hil.bus_config import declared_bus_input_names
+from hil.bus.config import declared_bus_input_names
 from hil.errors import ConfigError
 from hil.gaps.pipeline import GapPipeline
 from hil.gym.config import GymSection

@@ -27,7 +27,7 @@ import numpy as np
 
 from hil.errors import PlantDiverged, RunStopped
 from hil.health import EXIT_STATE_OUT_OF_BOUNDS
-from hil.loop_kernels import take_into
+from hil.loop.kernels import take_into
 from hil.recorder import RecorderDied
 
 STAGES = ("read", "decide", "step", "publish", "record")

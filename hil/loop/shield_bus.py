@@ -37,7 +37,7 @@ import numpy as np
 import zmq
 
 from hil.bus import DRAIN_CAP, LoopBusEndpoint, drain, open_socket
-from hil.bus_wire import Receiver, max_frame_bytes, payload_schema
+from hil.bus.wire import Receiver, max_frame_bytes, payload_schema
 from hil.loop.shield import FALLBACK_MODE, SOURCE_NAMES as KERNEL_SOURCES, Shield
 
 FALLBACK_SILENT = len(KERNEL_SOURCES)  # the supervisor is silent (or has not spoken yet)

@@ -119,7 +119,7 @@ def _importable(fn) -> tuple[str, str] | None:
 
 def sources_digest(*modules: str) -> str:
     """A hash of the code the step compiles in: the stage kernels' packages (hil/loop, hil/gaps,
-    hil/loop_kernels.py, hil/calibration/residual.py) and the plant kernels' top package (plants/),
+    hil/loop/kernels.py, hil/calibration/residual.py) and the plant kernels' top package (plants/),
     with their paths. Numba keys a cached function on its own file only, not on its callees; putting this
     hash in the generated text gives a changed callee (or another checkout of hil) a new file,
     so a stale step is never loaded."""

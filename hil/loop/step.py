@@ -41,7 +41,7 @@ from numba.core.typing.typeof import Purpose, typeof
 from hil.calibration.residual import apply_correction
 from hil.gaps.pipeline import GapPipeline, _actuate, _sense
 from hil.loop.specialize import FusedKernels, specialised
-from hil.loop_kernels import check_state, clip_inputs
+from hil.loop.kernels import check_state, clip_inputs
 
 # plant kernels passed as arguments are Numba's "first-class functions", which it still labels
 # experimental; they are what makes one step serve every plant (and are tested bit for bit)

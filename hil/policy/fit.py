@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from hil.bus_config import action_input_names
+from hil.bus.config import action_input_names
 from hil.policy.ensemble import MLPEnsemble
 from hil.policy.features import FeatureMap
 from hil.policy.store import PolicyStore

@@ -10,10 +10,10 @@ Commands are handled before observations, so a rollback applies to the next obse
 
 A policy that raises, returns non-finite values or an action of the wrong shape is silent for
 that observation (nothing is sent; counted): the safety process then applies its fallback.
-An observation with Bad quality (hil/bus.py) reaches the policy with NaN in the Bad outputs;
+An observation with Bad quality (hil/bus/endpoint.py) reaches the policy with NaN in the Bad outputs;
 the same rule applies to what the policy makes of it.
 
-Messages are signed and checked with the run's bus keys (hil/bus_auth.py: the keys of obs,
+Messages are signed and checked with the run's bus keys (hil/bus/auth.py: the keys of obs,
 proposal and command only, from the bootstrap pipe of the process that started this one, else
 the run directory's key file). Started by hil.safety.launch (through hil/policy/process.py), the
 process is confined before numpy and the policy are loaded (hil/confine.py: its own uid,
@@ -39,7 +39,7 @@ import zmq
 from hil.atomic import write_json_atomic
 from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
-from hil.bus_config import action_input_names
+from hil.bus.config import action_input_names
 from hil.confine import confine_self  # noqa: F401  (the policy process's confinement; was defined here)
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
@@ -50,7 +50,7 @@ class PolicyRunner:
 
     def __init__(self, scenario, scenario_path: str | None = None, version: str | None = None,
                  key: bytes | None = None):
-        """`key`: the run's bus secret, or the policy's channel keys (hil.bus_auth.channel_keys;
+        """`key`: the run's bus secret, or the policy's channel keys (hil.bus.auth.channel_keys;
         what hil.safety.launch hands over); None: a random secret, for use without other processes."""
         import secrets
 
@@ -277,7 +277,7 @@ def main(argv=None, boot: dict | None = None, confinement: dict | None = None) -
                     help="inherited pipe carrying the scenario, the channel keys and the confinement")
     args = ap.parse_args(argv)
     try:
-        from hil.bus_auth import child_key
+        from hil.bus.auth import child_key
 
         if boot is None:
             boot = read_bootstrap(args.bootstrap_fd)

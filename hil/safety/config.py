@@ -224,7 +224,7 @@ class PolicySection(StrictModel):
                 signal_index(spec, n[2:] if n.startswith("d.") else n)
             except KeyError as exc:
                 problems.append((f"policy.features[{i}]", str(exc.args[0])))
-        from hil.bus_config import action_input_names
+        from hil.bus.config import action_input_names
 
         if not action_input_names(scenario, spec):
             problems.append(("policy.inputs", "no action inputs: list them or set driver = 'bus'"))
@@ -469,7 +469,7 @@ class SafetySection(StrictModel):
         return problems
 
     def validate_against(self, spec, scenario) -> list[tuple[str, str]]:
-        from hil.bus_config import action_input_names
+        from hil.bus.config import action_input_names
 
         problems: list[tuple[str, str]] = []
         if self.placement == "loop":
@@ -614,7 +614,7 @@ class SafetySection(StrictModel):
         names = [r.name for r in self.monitor.rules]
         if len(set(names)) != len(names):
             problems.append(("safety.monitor.rules", "rule names repeat"))
-        from hil.bus_config import bus_input_names
+        from hil.bus.config import bus_input_names
 
         watched = [n for n in actions if n not in bus_input_names(scenario, spec)]
         if watched and MODES.index(self.rollout.max_mode) > MODES.index("advisory"):
@@ -637,7 +637,7 @@ class SafetySection(StrictModel):
         """The loop's own watchdog action must lie inside the envelope the wrapper enforces: the
         box (spec bounds and [safety.projection].box), the limited box when limited autonomy
         is reachable, and the linear limits evaluated at the scenario's initial state."""
-        from hil.bus_config import bus_input_names, loop_fallback_action
+        from hil.bus.config import bus_input_names, loop_fallback_action
 
         bus = scenario.bus
         if bus is None or not bus.enabled:

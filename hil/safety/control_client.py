@@ -2,7 +2,7 @@
 
 Status requests travel unsigned (readable by whoever reaches the socket); promote, demote,
 rollback and acknowledge are signed with the run's bus key (its 0600 file: the run's user
-only), stamped and nonce'd by hil.bus_auth.sign_control, as the safety process requires.
+only), stamped and nonce'd by hil.bus.auth.sign_control, as the safety process requires.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def control_request(sc, msg: dict, timeout_s: float) -> dict:
         if msg.get("op") == "status":
             sock.send(msgpack.packb(msg))
         else:
-            from hil.bus_auth import read_run_key, sign_control
+            from hil.bus.auth import read_run_key, sign_control
             from hil.errors import ConfigError
 
             try:

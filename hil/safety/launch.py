@@ -154,7 +154,7 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     The policy process is confined (hil/confine.py: its own uid as root, Landlock otherwise);
     its status file lives in its own directory `<run dir>/policy/`.
     Raises RuntimeError if a child exits or does not come up (after stopping both)."""
-    from hil.bus_auth import POLICY_CHANNELS, bootstrap_keys, child_env, ensure_private_dir, read_run_key, run_dir
+    from hil.bus.auth import POLICY_CHANNELS, bootstrap_keys, child_env, ensure_private_dir, read_run_key, run_dir
     from hil.confine import policy_confinement, prepare_policy_dir
     from hil.safety.wrapper import _template
 
@@ -248,7 +248,7 @@ def respawn_safety(handles: Handles, mode: str) -> subprocess.Popen:
     if handles.priority:
         _fifo_all_threads(proc.pid, handles.priority)
     if handles.loop_cpu >= 0:
-        from hil.rt import keep_off_cpu
+        from hil.loop.rt import keep_off_cpu
 
         keep_off_cpu([proc.pid], handles.loop_cpu)
     return proc
@@ -453,7 +453,7 @@ class PolicySupervisor:
         if self.h.priority:  # it inherited the loop's priority: back to the children's
             _fifo_all_threads(self.h.policy.pid, self.h.priority)
         if self.h.loop_cpu >= 0:  # it inherited the loop's pinning too: off the loop's CPU
-            from hil.rt import keep_off_cpu
+            from hil.loop.rt import keep_off_cpu
 
             keep_off_cpu([self.h.policy.pid], self.h.loop_cpu)
         self.counters["policy_restarts"] += 1

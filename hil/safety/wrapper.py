@@ -2,7 +2,7 @@
 
     python -m hil.safety.wrapper SCENARIO.toml [--log PATH] [--status PATH] [--parent-pid PID]
 
-Sockets (see hil/bus_config.py): PULL obs_safety (connect), PULL proposal (bind), PUSH action
+Sockets (see hil/bus/config.py): PULL obs_safety (connect), PULL proposal (bind), PUSH action
 (connect), PUSH command (bind; load/rollback orders to the policy), PUB advice (bind; advisory
 mode), ROUTER control (bind; REQ clients, `hil safety status|promote|demote|rollback`).
 
@@ -16,12 +16,12 @@ while the policy computes, so the round trip carries only the proposal's part. E
 that matters is a line of the JSONL decision log; the status file and the control socket show
 mode, version, alarms and counters.
 
-Every message is signed and checked with the run's bus secret (hil/bus_auth.py; handed over by
+Every message is signed and checked with the run's bus secret (hil/bus/auth.py; handed over by
 the loop at spawn over an inherited pipe, else read from the run directory's key file). The
 process makes itself non-dumpable before it reads the secret (hil/confine.py). On the control
 socket, `status` may be asked by anyone who reaches it; promote, demote and rollback are obeyed
 only when signed with the secret (`hil safety ...` reads the key file as the run's user).
-Observations carry per-output quality (hil/bus.py): the quality goes to the core with y.
+Observations carry per-output quality (hil/bus/endpoint.py): the quality goes to the core with y.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import zmq
 
 from hil.bus import (DRAIN_CAP, MAX_CONTROL_BYTES, QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
-from hil.bus_auth import TAG_BYTES, ControlAuth, channel_key, sign
+from hil.bus.auth import TAG_BYTES, ControlAuth, channel_key, sign
 
 CONTROL_REQUESTS_PER_WAKE = 16  # operator requests answered per wake-up (the rest wait for the next)
 
@@ -89,7 +89,7 @@ class SafetyProcess:
     def __init__(self, scenario, scenario_path: str | None = None, log_path: str | None = None,
                  status_path: str | None = None, key: bytes | None = None):
         """`key`: the run's bus secret (None: a random one, for use without other processes)."""
-        from hil.bus_config import action_input_names
+        from hil.bus.config import action_input_names
         from hil.campaign.process_faults import from_env
 
         self.fault = from_env("safety")  # a campaign's injected fault (HIL_FAULT_SAFETY), else None
@@ -429,7 +429,7 @@ def main(argv=None) -> int:
                     help="inherited pipe carrying the scenario and the bus secret (from hil.safety.launch)")
     args = ap.parse_args(argv)
     try:
-        from hil.bus_auth import child_key
+        from hil.bus.auth import child_key
 
         boot = read_bootstrap(args.bootstrap_fd)
         scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))

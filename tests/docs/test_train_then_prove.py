@@ -41,7 +41,7 @@ def test_the_recipe_runs_as_written(tmp_path):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from hil.bus_config import action_input_names, declared_bus_input_names
+    from hil.bus.config import action_input_names, declared_bus_input_names
     from hil.config import load_scenario
     from hil.policy.features import FeatureMap
     from hil.policy.loader import load_version
@@ -63,7 +63,7 @@ def test_the_recipe_runs_as_written(tmp_path):
     df = read_recording(work / "runs" / "shadow" / "rec")
     fmap = FeatureMap(spec, pol.features)
     # the env's action order is the scenario's declared one; the decision log's is the bus's
-    # (hil.bus_config.action_input_names): compare by name
+    # (hil.bus.config.action_input_names): compare by name
     log_order = action_input_names(load_scenario(cfg), spec)
     assert sorted(log_order) == sorted(pol.actions)
     span = np.array([spec.quantity("inputs", n).high - spec.quantity("inputs", n).low for n in log_order])

@@ -23,8 +23,8 @@ from hil.bus import (
     open_socket,
     payload_schema,
 )
-from hil.bus_auth import channel_key, sign
-from hil.bus_config import BusSection
+from hil.bus.auth import channel_key, sign
+from hil.bus.config import BusSection
 
 N_OUT, N_IN, N_ACT = 3, 4, 2
 KEY = b"k" * 32  # the run's bus secret in these tests
@@ -52,7 +52,7 @@ def _action(sender, step=0, a=(1.0, 2.0), **payload):
 
 
 def _raw(_key=KEY, a=(1.0, 2.0), advice=None, source=b"p", mode=b"full", body=None, tail=b"", cut=0, **header):
-    """A signed action frame (hil/bus_wire.py layout) with any header value or body part forged:
+    """A signed action frame (hil/bus/wire.py layout) with any header value or body part forged:
     header fields v, kind, flags, n0, n1, sid, seq, step, t_s, wall_ns; `a`/`advice` float
     vectors; `source`/`mode` raw UTF-8 bytes (length-prefixed here); `body` replaces the whole
     body; `tail` is appended and `cut` bytes removed before signing (a truncated frame)."""
@@ -482,7 +482,7 @@ def test_loop_fallback_ramps_from_the_applied_value_at_the_rate_inside_the_box(b
 
 
 def test_run_dir_refused_when_wider_than_0700_or_owned_by_another_user(tmp_path, monkeypatch):
-    from hil.bus_auth import create_run_key, ensure_private_dir, read_run_key
+    from hil.bus.auth import create_run_key, ensure_private_dir, read_run_key
     from hil.errors import ConfigError
 
     d = tmp_path / "run"
@@ -550,7 +550,7 @@ def test_policy_and_safety_get_fifo_priority_on_every_thread():
 def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
     """The policy process gets only the obs, proposal and command keys: no tag it can make is
     valid on the action channel (nor can it derive the action key: BLAKE2b is one-way)."""
-    from hil.bus_auth import POLICY_CHANNELS, bootstrap_keys, channel_keys, child_env, child_key
+    from hil.bus.auth import POLICY_CHANNELS, bootstrap_keys, channel_keys, child_env, child_key
 
     policy_keys = channel_keys(KEY, POLICY_CHANNELS)
     with pytest.raises(KeyError, match="no key for the bus channel 'action'"):
@@ -573,7 +573,7 @@ def test_the_policy_s_channel_keys_cannot_make_an_action_the_loop_accepts():
 
 
 def _hold_run_dir(d, ready, done):
-    from hil.bus_auth import lock_run_dir
+    from hil.bus.auth import lock_run_dir
 
     lock_run_dir(d)
     ready.set()
@@ -585,7 +585,7 @@ def test_a_second_run_on_the_same_run_dir_is_refused_naming_the_first(tmp_path):
     key: the second is refused with the first one's pid; once it is gone, the dir is free."""
     import multiprocessing as mp
 
-    from hil.bus_auth import lock_run_dir, release_run_dir
+    from hil.bus.auth import lock_run_dir, release_run_dir
     from hil.errors import ConfigError
 
     d = str(tmp_path / "run")

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hil.loop_kernels import check_state, clip_inputs, take_into
+from hil.loop.kernels import check_state, clip_inputs, take_into
 
 
 def test_take_into_copies_only_the_indexed_entries():

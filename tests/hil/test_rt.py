@@ -1,4 +1,4 @@
-"""hil.rt.apply_loop_scheduling: what loop.priority / loop.cpu ask for, and what is obtained.
+"""hil.loop.rt.apply_loop_scheduling: what loop.priority / loop.cpu ask for, and what is obtained.
 
 The system calls are replaced by fakes, so these tests change nothing on the machine; the real
 calls are exercised by tests/integration/test_run_cli.py (with and without CAP_SYS_NICE).
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from hil import rt
+from hil.loop import rt
 
 
 @pytest.fixture

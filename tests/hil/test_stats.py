@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hil.stats import LatencyHistogram, bucket_low, bucket_of
+from hil.loop.stats import LatencyHistogram, bucket_low, bucket_of
 
 
 def test_percentiles_match_numpy_within_resolution():

@@ -14,10 +14,10 @@ rate limit), and at start and every 100 observations it tries:
   physical or kernel memory (`/dev/mem`, `/proc/kcore`);
 - its own environment (`os.environ`, `/proc/self/environ`) for a bus key;
 - the channel keys it holds itself (found by walking its own heap with `gc`), used for the
-  action channel (the keys of one channel are useless on another, hil/bus_auth.py).
+  action channel (the keys of one channel are useless on another, hil/bus/auth.py).
 
 Every candidate secret (a 32-byte key from any source) and every channel key it found signs
-an action frame (hil.bus_wire.Sender, session id 2**62, far newer than the genuine safety's)
+an action frame (hil.bus.wire.Sender, session id 2**62, far newer than the genuine safety's)
 pushed to the loop's action socket (`HIL_ATTACK_ACTION_EP`), step after step. What it tried
 and what it got goes to `attack-report.json` in its working directory (the one place it may
 write), rewritten after each attempt.
@@ -160,7 +160,7 @@ class Thief:
         if self._push is None:
             import zmq
 
-            from hil.bus_wire import Sender
+            from hil.bus.wire import Sender
 
             self._push = zmq.Context.instance().socket(zmq.PUSH)
             self._push.setsockopt(zmq.LINGER, 0)

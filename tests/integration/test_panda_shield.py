@@ -86,7 +86,7 @@ def test_a_proposal_older_than_its_age_bound_is_not_applied_the_fallback_law_is(
     # measurement); the gripper is held at its applied width; that action projected on the
     # envelope at the previous step's measurement, by the safety process's own projection
     # (hil/safety/projection.py, the plant families in numpy): an independent implementation
-    from hil.bus_config import action_input_names
+    from hil.bus.config import action_input_names
     from hil.config import load_scenario
     from hil.safety.projection import Projector
 
@@ -142,8 +142,8 @@ def _forge(run_dir: str, stop: threading.Event, sent: list):
     """A local process of the run's user that knows the supervisor's socket and, like the policy,
     the proposal channel's key (read from the run's key file here), sends decisions letting the
     policy act: signed with a key of its own, and with the proposal key."""
-    from hil.bus_auth import channel_keys
-    from hil.bus_wire import Sender
+    from hil.bus.auth import channel_keys
+    from hil.bus.wire import Sender
 
     key_file = Path(run_dir) / "key"
     while not key_file.exists() and not stop.is_set():

@@ -243,7 +243,7 @@ to_safety = ctx.socket(zmq.PUSH); to_safety.connect(proposal)
 req = ctx.socket(zmq.REQ); req.setsockopt(zmq.LINGER, 0); req.connect(control)
 evil = [0.0044, 77.7]
 import struct
-from hil.bus_wire import KIND_CODES, pack_frame, pack_str
+from hil.bus.wire import KIND_CODES, pack_frame, pack_str
 def msg(kind, sid, seq, step, payload):  # a well-formed frame of the current format, without a valid tag
     a = payload["a"]
     if kind == "action":
@@ -283,7 +283,7 @@ def test_forged_replayed_and_wrong_key_messages_never_act_and_the_genuine_safety
     import subprocess
     import sys
 
-    from hil.bus_auth import channel_key, sign
+    from hil.bus.auth import channel_key, sign
 
     sc = _scenario(tmp_path, transport="tcp", bus={"ipc_dir": str(tmp_path / "run")}, **FULL)
     ep = sc.bus.endpoints
@@ -380,7 +380,7 @@ def test_unsigned_or_stale_operator_requests_are_refused_signed_ones_obeyed(tmp_
     """The control socket in-process: status for anyone, promote/demote/rollback only signed."""
     import msgpack
 
-    from hil.bus_auth import sign_control
+    from hil.bus.auth import sign_control
     from hil.safety.wrapper import SafetyProcess
 
     sc = _scenario(tmp_path, **FULL)
@@ -461,7 +461,7 @@ def test_operator_cli_status_promote_demote_rollback(tmp_path, monkeypatch):
         try:
             assert sub.poll(5000), "no advice published in advisory mode"
             from hil.bus import Receiver, payload_schema
-            from hil.bus_auth import read_run_key
+            from hil.bus.auth import read_run_key
 
             advice = Receiver("action", payload_schema("action", SPEC.n_outputs, SPEC.n_inputs, 2),
                               read_run_key(sc.bus, sc.name), channel="advice").decode(sub.recv())

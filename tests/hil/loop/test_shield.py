@@ -11,7 +11,7 @@ when a limit cannot be computed. Asserted on the panda policy scenario's three l
 import numpy as np
 import pytest
 
-from hil.bus_config import action_input_names
+from hil.bus.config import action_input_names
 from hil.config import load_scenario
 from hil.loop.shield import (FALLBACK_BAD, FALLBACK_LATE, FALLBACK_MODE, FALLBACK_UNKNOWN, POLICY, PROJECTED,
                              Shield)

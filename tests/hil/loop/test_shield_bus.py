@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
-from hil.bus_wire import Sender
+from hil.bus.wire import Sender
 from hil.config import load_scenario
 from hil.loop.shield_bus import FALLBACK_SILENT, SOURCE_NAMES, ShieldBusEndpoint
 from hil.loop.shield import FALLBACK_LATE, FALLBACK_MODE, POLICY, PROJECTED

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hil.bus import Message
-from hil.bus_config import action_input_names
+from hil.bus.config import action_input_names
 from hil.policy.store import PolicyStore
 from hil.safety.core import SafetyCore
 from plants.base import load_plant_module

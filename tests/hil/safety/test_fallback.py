@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 
-from hil.bus_config import action_input_names
+from hil.bus.config import action_input_names
 from hil.policy.fit import _Sim
 from hil.safety.config import ConfidenceSection
 from hil.safety.fallback import ConfidenceGate, FallbackController

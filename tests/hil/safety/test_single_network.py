@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hil.bus import Message
-from hil.bus_config import action_input_names
+from hil.bus.config import action_input_names
 from hil.errors import ConfigError
 from hil.policy.store import PolicyStore
 from hil.safety.core import SafetyCore

@@ -1,7 +1,7 @@
 """The ZeroMQ bus: its sockets and the loop's end of the bus (LoopBusEndpoint).
 
 Messages are fixed binary frames signed with a keyed BLAKE2b tag: the format, its encoding and
-its checks live in hil/bus_wire.py (re-exported here); the keys in hil/bus_auth.py. Only
+its checks live in hil/bus/wire.py (re-exported here); the keys in hil/bus/auth.py. Only
 processes holding the run's secret (or the channel's key) can produce a frame any receiver
 accepts, and a receiver checks the tag before it parses a byte.
 """
@@ -16,9 +16,9 @@ from math import isfinite
 import numpy as np
 import zmq
 
-from hil.bus_auth import ensure_private_dir
+from hil.bus.auth import ensure_private_dir
 from hil.processes import process_alive  # noqa: F401  (re-exported: bus peers watch their parent)
-from hil.bus_wire import (  # noqa: F401  (the bus's public names)
+from hil.bus.wire import (  # noqa: F401  (the bus's public names)
     DROP_COUNTERS,
     HEADER,
     HEADER_BYTES,
@@ -54,7 +54,7 @@ def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: 
     """A socket that never lingers; a connecting PUSH queues nothing while not connected.
     `max_bytes`: the largest message a receiving socket takes (ZMQ_MAXMSGSIZE: a larger one
     drops its sender's connection before it is buffered); give the largest legal frame of the
-    socket's kind (hil.bus_wire.max_frame_bytes). Receiving sockets default to MAX_MESSAGE_BYTES."""
+    socket's kind (hil.bus.wire.max_frame_bytes). Receiving sockets default to MAX_MESSAGE_BYTES."""
     sock = ctx.socket(socket_type)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, hwm)
@@ -81,7 +81,7 @@ def open_socket(ctx: zmq.Context, socket_type: int, addr: str, bind: bool, hwm: 
 
 def ensure_socket_dir(d: str) -> int:
     """The uid that may connect to sockets bound in directory `d`: this user's for a private run
-    directory (hil.bus_auth.ensure_private_dir), the policy's uid for `<run dir>/policy` (made by
+    directory (hil.bus.auth.ensure_private_dir), the policy's uid for `<run dir>/policy` (made by
     hil.confine.prepare_policy_dir; created 0700 and ours if missing). ConfigError otherwise."""
     from hil.confine import POLICY_SUBDIR, policy_dir_owner
 
@@ -179,7 +179,7 @@ class LoopBusEndpoint:
     (units per sim s, the safety's projection rate) times `step_s` per step, inside
     [`fallback_lo`, `fallback_hi`] (the safety's box), and counts it.
 
-    Every message in and out is signed with `key`, the run's bus secret (hil/bus_auth.py).
+    Every message in and out is signed with `key`, the run's bus secret (hil/bus/auth.py).
     """
 
     def __init__(
@@ -264,10 +264,10 @@ class LoopBusEndpoint:
 
     @classmethod
     def build(cls, section, scenario, spec, key: bytes | None = None) -> "LoopBusEndpoint":
-        """The loop's endpoint for a scenario; creates the run's bus secret (hil/bus_auth.py)
+        """The loop's endpoint for a scenario; creates the run's bus secret (hil/bus/auth.py)
         unless `key` is given."""
-        from hil.bus_auth import create_run_key
-        from hil.bus_config import action_input_names, bus_input_names, loop_fallback_action
+        from hil.bus.auth import create_run_key
+        from hil.bus.config import action_input_names, bus_input_names, loop_fallback_action
 
         names = action_input_names(scenario, spec)
         driven = set(bus_input_names(scenario, spec))
@@ -294,7 +294,7 @@ class LoopBusEndpoint:
             set_non_dumpable()  # before it holds the secret: no same-uid process reads its memory
             key = create_run_key(section, name)
         if getattr(scenario, "policy", None) is not None:
-            from hil.bus_auth import run_dir
+            from hil.bus.auth import run_dir
             from hil.confine import policy_confinement, prepare_policy_dir
 
             prepare_policy_dir(ensure_private_dir(run_dir(section, name)), policy_confinement(scenario.policy))
@@ -319,7 +319,7 @@ class LoopBusEndpoint:
             spin_us=section.spin_us,
         )
         if own_key:
-            from hil.bus_auth import KEY_FILE, run_dir
+            from hil.bus.auth import KEY_FILE, run_dir
 
             ep._key_path = os.path.join(run_dir(section, name), KEY_FILE)
         try:
@@ -485,7 +485,7 @@ class LoopBusEndpoint:
             sock.close(0)
         self._ctx.term()
         if self._key_path:  # the run is over: its secret goes with it
-            from hil.bus_auth import release_run_dir, remove_run_key
+            from hil.bus.auth import release_run_dir, remove_run_key
 
             remove_run_key(self._key_path, self.key)
             release_run_dir(os.path.dirname(self._key_path))

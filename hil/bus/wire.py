@@ -1,7 +1,7 @@
 """The bus's wire format: fixed binary frames, their encoding (`Sender`) and checking (`Receiver`).
 
 A frame is a fixed 48-byte header, a kind-specific body, then a 16-byte keyed BLAKE2b tag over
-header + body (hil/bus_auth.py). Every number is little-endian.
+header + body (hil/bus/auth.py). Every number is little-endian.
 
     header (struct "<BBHHHqqqdq", 48 bytes)
       v        uint8    schema version (SCHEMA_VERSION); anything else is dropped
@@ -52,7 +52,7 @@ from math import isfinite
 
 import numpy as np
 
-from hil.bus_auth import TAG_BYTES, channel_key
+from hil.bus.auth import TAG_BYTES, channel_key
 
 SCHEMA_VERSION = 2  # 1 was the msgpack map format
 KINDS = ("obs", "proposal", "action", "command", "supervisor")

@@ -4,7 +4,7 @@ Threat: any local process (any user over tcp://127.0.0.1; the same user over ipc
 a bus socket. So every message on every bus socket carries a keyed BLAKE2b tag over its bytes,
 with a secret the loop creates for each run:
 
-    raw = body + tag      body: the binary frame (hil/bus_wire.py), or on the control socket
+    raw = body + tag      body: the binary frame (hil/bus/wire.py), or on the control socket
                           a msgpack map; tag: TAG_BYTES bytes
     tag = BLAKE2b(body, key = channel key, digest_size = TAG_BYTES)
     channel key = BLAKE2b(b"", key = run secret, person = b"hil:" + channel)
@@ -104,7 +104,7 @@ def ensure_private_dir(path: str, key_path: str = "bus.ipc_dir") -> str:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
-    from hil.bus_config import run_dir_problem
+    from hil.bus.config import run_dir_problem
 
     if reason := run_dir_problem(path):
         raise ConfigError(key_path, reason)

@@ -158,7 +158,7 @@ class BusSection(StrictModel):
 
 def run_dir_problem(path: str) -> str | None:
     """Why an existing run directory must not be used (None if it is fine or does not exist yet;
-    hil.bus_auth.ensure_private_dir creates it and checks again)."""
+    hil.bus.auth.ensure_private_dir creates it and checks again)."""
     import stat
 
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 
-from hil.stats import LatencyHistogram
+from hil.loop.stats import LatencyHistogram
 
 
 class RealtimeClock:
