@@ -374,7 +374,7 @@ def _scenario(transport: str, tmp: str, policy: str, spin_us: float | None = Non
     names = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control")
     data["bus"]["endpoints"] = _addrs(transport, tmp, names)
     if spin_us is not None:
-        data["bus"]["spin_us"] = spin_us
+        data["bus"]["answer_spin_us"] = spin_us
     data["safety"]["mode"] = "full"
     data["safety"]["rollout"]["auto_promote"] = False
     data["safety"]["decision_log"] = os.path.join(tmp, "decisions.jsonl")

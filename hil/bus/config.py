@@ -25,7 +25,7 @@ import os
 import tempfile
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from hil.config import StrictModel, outside_bounds
 
@@ -76,13 +76,22 @@ class BusSection(StrictModel):
         "default half a loop period (real time) or half lockstep_timeout_s (lockstep)",
     )
     hwm: int = Field(default=64, ge=1, le=100_000, description="zmq send/receive high-water mark")
-    spin_us: float = Field(
+    answer_spin_us: float = Field(
         default=0.0,
         ge=0,
         le=10_000,
         description="wall us the loop busy-polls for the action in lockstep before it sleeps "
-        "(saves a wake-up, costs a CPU for that long); 0 = sleep at once",
+        "(saves a wake-up, costs a CPU for that long); 0 = sleep at once. Not [loop].spin_us, "
+        "the busy-wait before each real-time deadline",
     )
+
+    spin_us: None = Field(default=None, exclude=True, description="renamed answer_spin_us")
+
+    @field_validator("spin_us", mode="before")
+    @classmethod
+    def _renamed(cls, value):
+        raise ValueError("renamed answer_spin_us (the lockstep wait for the action; [loop].spin_us is "
+                         "the busy-wait before each real-time deadline)")
 
     # ---- derived ----
     def resolved_ipc_dir(self, scenario_name: str) -> str:

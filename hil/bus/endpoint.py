@@ -316,7 +316,7 @@ class LoopBusEndpoint:
             fallback_lo=lo,
             fallback_hi=hi,
             hwm=section.hwm,
-            spin_us=section.spin_us,
+            spin_us=section.answer_spin_us,
         )
         if own_key:
             from hil.bus.auth import KEY_FILE, run_dir

@@ -396,7 +396,7 @@ def test_newest_valid_action_wins_and_watchdog_applies_fallback(rig):
 def test_lockstep_waits_for_the_answer_and_times_out(rig, spin_us):
     ep, peers = rig
     ep.lockstep_timeout_s = 1.0
-    ep._spin_ns = int(spin_us * 1000)  # busy-poll first (bus.spin_us), then sleep in the receive
+    ep._spin_ns = int(spin_us * 1000)  # busy-poll first (bus.answer_spin_us), then sleep in the receive
     _step(ep, 0, lockstep=True)
     safety = Sender("action", KEY)
     import threading
