@@ -90,3 +90,27 @@ def test_scenario_pickles_for_worker_processes():
 
     sc = load_scenario(ROOT / "configs/bioreactor.toml")
     assert pickle.loads(pickle.dumps(sc)) == sc
+
+
+def test_renamed_bus_spin_us_is_refused_naming_the_new_key():
+    root = Path(__file__).resolve().parents[2]
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(root / "configs" / "bioreactor_policy.toml", {"bus": {"spin_us": 5.0}})
+    assert "bus.spin_us" in str(exc.value) and "renamed answer_spin_us" in str(exc.value)
+    sc = load_scenario(root / "configs" / "bioreactor_policy.toml", {"bus": {"answer_spin_us": 5.0}})
+    assert sc.bus.answer_spin_us == 5.0
+
+
+def test_in_loop_shield_placement_refuses_what_it_cannot_enforce():
+    root = Path(__file__).resolve().parents[2]
+    # the bioreactor's fallback is a PID loop: the in-loop shield has none
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(root / "configs" / "bioreactor_policy.toml", {"safety": {"placement": "loop"}})
+    assert "safety.fallback.loops" in str(exc.value)
+    # a policy slower than the loop needs the in-loop shield
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(root / "configs" / "panda_policy.toml", {"safety": {"placement": "process"}})
+    assert "policy.rate_hz" in str(exc.value) and "safety.placement" in str(exc.value)
+    sc = load_scenario(root / "configs" / "panda_policy.toml",
+                       {"safety": {"placement": "process"}, "policy": {"rate_hz": 1000.0}})
+    assert sc.policy.every_steps(sc.loop.step_s) == 1
