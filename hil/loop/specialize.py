@@ -71,6 +71,17 @@ def row_step({row_args}):
     return status
 
 
+@njit(cache=True, nogil=True)
+def advance(t, x, z, d, u_app, p, dt, n_sub, W, aux):
+    """The staged path's plant step (hil/loop/step.py LoopStep._staged): no kernel arguments."""
+    return {advance_t}
+
+
+@njit(cache=True, nogil=True)
+def outputs(x, z, d, u_app, p, y, aux):
+    {outputs}
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def batch_step({batch_args}):
     for i in prange(X.shape[0]):
@@ -97,6 +108,8 @@ class FusedKernels:
     batch_step_serial: object
     prefix: tuple
     cached: bool  # specialised (Numba caches it) or the generic kernels (compiled per process)
+    advance: object = None  # specialised only: the plant step and outputs for the staged path,
+    outputs: object = None  # (t, x, z, d, u, p, dt, n_sub, W, aux) and (x, z, d, u, p, y, aux)
 
 
 def cache_dir() -> Path:
@@ -119,7 +132,7 @@ def _importable(fn) -> tuple[str, str] | None:
 
 def sources_digest(*modules: str) -> str:
     """A hash of the code the step compiles in: the stage kernels' packages (hil/loop, hil/gaps,
-    hil/loop/kernels.py, hil/calibration/residual.py) and the plant kernels' top package (plants/),
+    hil/calibration/residual.py) and the plant kernels' top package (plants/),
     with their paths. Numba keys a cached function on its own file only, not on its callees; putting this
     hash in the generated text gives a changed callee (or another checkout of hil) a new file,
     so a stale step is never loaded."""
@@ -127,7 +140,7 @@ def sources_digest(*modules: str) -> str:
 
     root = Path(hil.__file__).resolve().parent
     files = set((root / "loop").glob("*.py")) | set((root / "gaps").glob("*.py")) \
-        | {root / "loop_kernels.py", root / "calibration" / "residual.py"}
+        | {root / "calibration" / "residual.py"}
     for mod in modules:  # the plant's whole top package (plants/: its kernels call shared ones)
         f = getattr(sys.modules.get(mod), "__file__", None)
         if f:
@@ -153,7 +166,8 @@ def source_for(step_fn, outputs_fn, form: str) -> str | None:
         return None
     return _TEMPLATE.format(sources=sources_digest(a[0], b[0]), step_ref=".".join(a), outputs_ref=".".join(b), form=form, step_mod=a[0], step_name=a[1],
                             outputs_mod=b[0], outputs_name=b[1], row_args=_ROW_ARGS, batch_args=_BATCH_ARGS,
-                            row_call=_ROW_CALL, advance=_ADVANCE[form], outputs=_OUTPUTS[form])
+                            row_call=_ROW_CALL, advance=_ADVANCE[form], outputs=_OUTPUTS[form],
+                            advance_t=_ADVANCE[form].replace("tp[0]", "t"))
 
 
 _LOADED: dict[tuple, FusedKernels] = {}
@@ -190,7 +204,8 @@ def specialised(model) -> FusedKernels | None:
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module  # Numba names its functions' module (and finds it again) by it
             spec.loader.exec_module(module)
-            kern = FusedKernels(module.row_step, module.batch_step, module.batch_step_serial, (), True)
+            kern = FusedKernels(module.row_step, module.batch_step, module.batch_step_serial, (), True,
+                                module.advance, module.outputs)
         except OSError as exc:  # a read-only home: compile per process, as before
             log.debug("loop step for %s not specialised (%s): compiled per process", stem, exc)
     _LOADED[key] = kern

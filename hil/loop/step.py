@@ -248,6 +248,8 @@ class LoopStep:
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
         self._argv: list = []  # its arguments, bound with it
         self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
+        self._staged_for = None  # the plant kernels _staged_pair was chosen for
+        self._staged_pair = None
 
     def rebind(self) -> None:
         """Forget the bound entry point and arguments: call after replacing (not writing
@@ -333,6 +335,18 @@ class LoopStep:
         cres = kernel.overloads.get(sig)
         return cres.entry_point if cres is not None else None
 
+    def _staged_kernels(self):
+        """(advance, outputs) specialised to the plant (hil/loop/specialize.py), or None: the
+        generic adapters with the plant's kernels as arguments (typed by the dispatcher at every
+        call: the cost of a campaign's hooked steps, issue 20's profile)."""
+        model = self.plant.model
+        done = self._staged_for
+        if done is None or done[0] is not model.step or done[1] is not model.outputs:
+            kern = fused_kernels(model)
+            self._staged_pair = (kern.advance, kern.outputs) if kern.cached and kern.advance is not None else None
+            self._staged_for = (model.step, model.outputs)
+        return self._staged_pair
+
     def _staged(self, k: int, wall_ns: int, late_us: float) -> int:
         """The same stages one by one, with the Python hooks and a Python plant step between."""
         pl, g, c, hooks = self.plant, self.gaps, self.corr, self.hooks
@@ -342,7 +356,10 @@ class LoopStep:
         if hooks is not None:
             hooks.actuate(k, t, pl.u)
         pl.t = self.tp[0]
-        if self.fused:
+        staged = self._staged_kernels() if self.fused else None
+        if staged is not None:  # the plant's own kernels as globals: no dispatcher typed per call
+            self.tp[0] = pl.t = staged[0](pl.t, pl.x, pl.z, pl.d, pl.u, pl.p, self.dt, self.n_sub, self.W, self.aux)
+        elif self.fused:
             self.tp[0] = pl.t = self.advance(pl.model.step, pl.t, pl.x, pl.z, pl.d, pl.u, pl.p, self.dt, self.n_sub,
                                              self.W, self.aux)
         else:
@@ -351,7 +368,9 @@ class LoopStep:
         status = correct_stage(pl.x, pl.u, self.dt, c[0], c[1], c[2], c[3], c[4], self.x_lo, self.x_hi, self.x_tol,
                                self.x_out)
         if status >= 0:
-            if self.fused:
+            if staged is not None:
+                staged[1](pl.x, pl.z, pl.d, pl.u, pl.p, pl.y, self.aux)
+            elif self.fused:
                 self.outputs_of(pl.model.outputs, pl.x, pl.z, pl.d, pl.u, pl.p, pl.y, self.aux)
             else:
                 pl.compute_outputs()
