@@ -8,22 +8,14 @@ driver) every group gets SIGTERM (a run stops at its next step and cleans up its
 memory), then SIGKILL after 5 s. A run interrupted that way writes no result, so the next
 `hil campaign run` runs it again (completed runs are skipped).
 
-Ray (`--executor ray [--address ADDR]`, the `ray` extra): each run is a task declaring
-num_cpus = 1 (lockstep) or a whole dedicated CPU (`resources={"hil_rt_cpu": 1}` in real time:
-start the nodes with `--resources '{"hil_rt_cpu": N}'`, N = cores set aside for real-time loops).
-Results come back to the driver with the task's return value; the run directory (recording,
-decision log) comes back as a zip unless [campaign].storage names a directory every node
-writes to directly. The runner never grows its own cluster: without --address it joins (or
-starts) a local Ray instance.
+Ray (`--executor ray`): hil/campaign/ray_executor.py (tasks, lost nodes rescheduled).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import time
-import zipfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
@@ -125,87 +117,3 @@ def kill_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
             except OSError:
                 pass
     pool.shutdown(wait=False, cancel_futures=True)
-
-
-# ---------------------------------------------------------------- Ray
-
-
-def _zip_dir(path: Path) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(path.rglob("*")):
-            if f.is_file():
-                z.write(f, f.relative_to(path))
-    return buf.getvalue()
-
-
-def _ray_task(campaign, run, storage: str, realtime):
-    import tempfile
-
-    from hil.campaign.worker import execute_run, run_paths
-
-    if storage:
-        return execute_run(campaign, run, storage, realtime=realtime), None
-    with tempfile.TemporaryDirectory(prefix="hil-ray-") as tmp:
-        result = execute_run(campaign, run, tmp, realtime=realtime)
-        run_dir, _ = run_paths(Path(tmp), run.run_id)
-        return result, _zip_dir(run_dir)
-
-
-def run_ray(campaign, runs, out_dir: Path, address: str | None, on_result: Callable[[dict], None],
-            realtime: bool | None = None) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError("--executor ray needs Ray: pip install 'hil[ray]'") from None
-    from hil.campaign.worker import run_paths, write_result
-
-    owns = not ray.is_initialized()
-    if owns:
-        root = str(Path(__file__).resolve().parents[2])
-        kw = {} if address else {"_node_ip_address": "127.0.0.1"}  # a local instance stays on loopback
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": root}}, **kw)
-    rt = campaign.campaign.mode == "realtime" if realtime is None else realtime
-    opts = {"num_cpus": 1, "max_retries": 0}
-    if rt:
-        opts["resources"] = {"hil_rt_cpu": 1}
-    task = ray.remote(**opts)(_ray_task)
-    storage = str(campaign.resolve(campaign.campaign.storage)) if campaign.campaign.storage else ""
-    camp_ref = ray.put(campaign)
-    refs = {task.remote(camp_ref, r, storage, realtime): r for r in runs}
-    attempts = {r.run_id: 1 for r in runs}
-    retries = int(getattr(campaign.campaign, "retries", 0))
-    try:
-        while refs:
-            done, _ = ray.wait(list(refs), num_returns=1)
-            for ref in done:
-                run = refs.pop(ref)
-                try:
-                    result, zipped = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    # the task or its node died (not the run's own error: execute_run catches those)
-                    result, zipped = {"run": run.as_dict(), "error": f"{type(exc).__name__}: {exc}"[:2000],
-                                      "criteria": {}, "verdict": "error"}, None
-                again: list = []
-                if retry(result, run, attempts, retries, again):
-                    attempts[run.run_id] += 1
-                    refs[task.remote(camp_ref, run, storage, realtime)] = run
-                    continue
-                run_dir, result_path = run_paths(out_dir, run.run_id)
-                if zipped is not None:
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    with zipfile.ZipFile(io.BytesIO(zipped)) as z:
-                        z.extractall(run_dir)
-                if result.get("summary", {}).get("record_path") and zipped is not None:
-                    result["summary"]["record_path"] = str(run_dir / "rec")
-                result["executor"] = "ray"
-                write_result(result_path, result)
-                on_result(result)
-    except BaseException:
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        raise
-    finally:
-        if owns:
-            ray.shutdown()

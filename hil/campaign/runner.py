@@ -134,7 +134,7 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
     try:
         if todo:
             if executor == "ray":
-                from hil.campaign.executors import run_ray
+                from hil.campaign.ray_executor import run_ray
 
                 run_ray(c, todo, out_dir, address, on_result, realtime=realtime)
             else:
