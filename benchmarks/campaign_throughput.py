@@ -2,7 +2,7 @@
 on a stratified sample and projected to the whole mix, cold and warm workers in one run.
 
     python benchmarks/campaign_throughput.py [--campaign FILE] [--scenarios plc,policy]
-        [--seeds-per-stratum K] [--workers W] [--modes warm,cold] [--check OUT --check-wall-s S]
+        [--seeds-per-stratum K] [--workers W] [--modes warm,warm_nocache,cold] [--check OUT --check-wall-s S]
         [--quick]      # smoke run: 2 strata, 30 min of batch per run; its times are no figure
 
 Strata: one per (scenario, fault) of the campaign and one per canary. The sample is the first K
@@ -13,10 +13,18 @@ workers into a fresh directory:
 
 - warm: the local pool as `hil campaign run` uses it (each worker started once: imports and the
   Numba cache paid once per worker; lockstep runs fork their recorder);
+  policy runs load the policy's Numba kernel from the worker's cache (hil/campaign/warm.py);
+- warm_nocache: the same pool with every policy run compiling the policy's kernel (the warm pool
+  before hil/campaign/warm.py: the "before" of that change, measured in the same run);
 - cold: a fresh worker process per run (`max_tasks_per_child = 1`): imports and the Numba cache
-  paid by every run.
-The policy and safety processes of a policy run are started per run in BOTH modes: keeping them
-alive across runs (issue 20's "warm workers") is not built; this benchmark measures what is.
+  paid by every run, the policy's kernel compiled by every policy run.
+Modes run one after the other in the order given (a mode is minutes; the load average before
+and after is printed: this machine is shared). The policy and safety PROCESSES of a policy run
+are started per run in both modes (keeping them alive across runs needs hil/safety/launch.py
+and hil/runtime.py changes that are not built); `helpers_start_stop_s` says what that costs per
+run (the run's own phase marks: Runtime.run start to its on_started, on_stopping to its end),
+and `projected_full_s_helpers_free` is the projection with that time taken out of every run: a
+bound on what processes kept alive could save, if resetting them cost nothing (it does not).
 
 Projection of the full mix (per mode): sum over strata of N_stratum x mean run wall time of the
 stratum / W, plus the sample's measured overhead (its end-to-end time minus its run time / W:
@@ -81,13 +89,35 @@ def project(groups: dict, results: list[dict], workers: int, e2e_s: float, repor
             "reports_s": round(report_s, 2)}
 
 
-def run_mode(c, picked: list, workers: int, cold: bool, tmp: Path) -> tuple[list[dict], float, float]:
+def helper_share(groups: dict, results: list[dict], workers: int) -> float:
+    """The full selection's helper start and stop time (phases_s start_s + stop_s) per worker:
+    per stratum, its number of runs x the sample's mean, summed, / workers."""
+    by = defaultdict(list)
+    for r in results:
+        ph = r.get("phases_s") or {}
+        by[(r["run"]["scenario"], r["run"]["fault"])].append(ph.get("start_s", 0.0) + ph.get("stop_s", 0.0))
+    return sum(len(rs) * sum(by[k]) / len(by[k]) for k, rs in groups.items() if by.get(k)) / workers
+
+
+def mean_phases(results: list[dict]) -> dict:
+    """scenario -> phase -> mean wall s (hil/campaign/worker.py PhaseClock)."""
+    by: dict = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        for k, v in (r.get("phases_s") or {}).items():
+            by[r["run"]["scenario"]][k].append(float(v))
+    return {sc: {k: round(sum(v) / len(v), 3) for k, v in ph.items()} for sc, ph in by.items()}
+
+
+MODES = {"warm": {}, "warm_nocache": {"policy_cache": False}, "cold": {"cold": True}}
+
+
+def run_mode(c, picked: list, workers: int, mode: str, tmp: Path) -> tuple[list[dict], float, float]:
     from hil.campaign.report import write_reports
     from hil.campaign.runner import run_campaign
 
-    out = tmp / ("cold" if cold else "warm")
+    out = tmp / mode
     t0 = time.monotonic()
-    res = run_campaign(c, out, workers=workers, progress=False, only=[r.run_id for r in picked], cold=cold)
+    res = run_campaign(c, out, workers=workers, progress=False, only=[r.run_id for r in picked], **MODES[mode])
     t1 = time.monotonic()
     write_reports(c, res, out)
     t2 = time.monotonic()
@@ -113,7 +143,7 @@ def main() -> None:
     ap.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
     ap.add_argument("--seeds-per-stratum", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--modes", default="warm,cold")
+    ap.add_argument("--modes", default="warm,warm_nocache,cold")
     ap.add_argument("--check", default=None, help="output directory of a full run of the same selection")
     ap.add_argument("--check-wall-s", type=float, default=None, help="that full run's end-to-end wall s")
     ap.add_argument("--quick", action="store_true",
@@ -138,14 +168,23 @@ def main() -> None:
                  "load_average_1min_before": round(os.getloadavg()[0], 2), "modes": {}}
     with tempfile.TemporaryDirectory(prefix="hil-camp-bench-") as tmp:
         for mode in [m for m in a.modes.split(",") if m]:
-            res, e2e, rep = run_mode(c, picked, a.workers, mode == "cold", Path(tmp))
+            if mode not in MODES:
+                ap.error(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
+            res, e2e, rep = run_mode(c, picked, a.workers, mode, Path(tmp))
             by_sc = defaultdict(list)
             for r in res:
                 by_sc[r["run"]["scenario"]].append(float(r["wall_s"]))
             m = {"sample_e2e_s": round(e2e, 2),
                  "mean_run_s": {k: round(sum(v) / len(v), 3) for k, v in by_sc.items()},
                  "worker_processes": len({r.get("worker_pid") for r in res}),
+                 "mean_phases_s": mean_phases(res),
+                 "policy_runs_with_warm_numba_cache": sum(bool((r.get("warm") or {}).get("policy_numba_cache"))
+                                                          for r in res),
                  **project(groups, res, a.workers, e2e, rep)}
+            phases = m["mean_phases_s"]
+            m["helpers_start_stop_s"] = {sc: round(ph.get("start_s", 0.0) + ph.get("stop_s", 0.0), 3)
+                                         for sc, ph in phases.items()}
+            m["projected_full_s_helpers_free"] = round(m["projected_full_s"] - helper_share(groups, res, a.workers), 1)
             if not a.quick:
                 m["goal_s"], m["stretch_s"] = GOAL_S, STRETCH_S
                 m["goal_met"] = m["projected_full_s"] <= GOAL_S if m["full_runs"] >= 600 else None
@@ -157,6 +196,9 @@ def main() -> None:
     if "warm" in out["modes"] and "cold" in out["modes"]:
         out["cold_over_warm"] = round(out["modes"]["cold"]["projected_full_s"]
                                       / out["modes"]["warm"]["projected_full_s"], 3)
+    if "warm" in out["modes"] and "warm_nocache" in out["modes"]:
+        out["nocache_over_warm"] = round(out["modes"]["warm_nocache"]["projected_full_s"]
+                                         / out["modes"]["warm"]["projected_full_s"], 3)
     out["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 

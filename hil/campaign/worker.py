@@ -32,6 +32,8 @@ from hil.campaign.schema import Campaign, controller_of, decimate_of, load_scena
 from hil.ports import check_ports, with_free_ports
 
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
+WARM_POLICY_CACHE = False  # set in the local pool's warm workers: policy runs get the worker's Numba cache
+#                            (hil/campaign/warm.py) instead of compiling the policy's kernel per run
 
 
 class RunInterrupted(Exception):
@@ -135,6 +137,7 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     ref = next(s for s in c.scenarios if s.name == run.scenario)
     t_wall = time.monotonic()
     clock = PhaseClock()
+    warm = {"fork_helpers": bool(FORK_HELPERS and not realtime), "policy_numba_cache": False}
     ipc_dir = tempfile.mkdtemp(prefix="hilc-")
     env_set: list[str] = []
     # this run's stderr (and that of the processes it starts: policy, safety) to a file of its own
@@ -146,6 +149,10 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
         sc0 = load_scenario_ref(c, ref)  # as declared: the safety envelope criteria hold runs to it
+        if WARM_POLICY_CACHE and sc0.bus is not None and sc0.policy is not None:
+            from hil.campaign.warm import seed_policy_cache
+
+            warm["policy_numba_cache"] = seed_policy_cache(ipc_dir, sc0.policy)
 
         def configure(ports: list[int]):
             extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, ports)
@@ -214,6 +221,7 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
         shutil.rmtree(ipc_dir, ignore_errors=True)
     result["wall_s"] = round(time.monotonic() - t_wall, 3)
     result["phases_s"] = clock.phases()
+    result["warm"] = warm  # what this run reused from its worker (hil/campaign/executors.py, warm.py)
     result["worker_pid"] = os.getpid()
     if not keep_recording:
         shutil.rmtree(run_dir / "rec", ignore_errors=True)
