@@ -3,6 +3,7 @@ on a stratified sample and projected to the whole mix, cold and warm workers in 
 
     python benchmarks/campaign_throughput.py [--campaign FILE] [--scenarios plc,policy]
         [--seeds-per-stratum K] [--workers W] [--modes warm,warm_nocache,cold] [--check OUT --check-wall-s S]
+        [--ab-policy-cache N]   # also: one policy run N times with, N times without the policy's Numba cache
         [--quick]      # smoke run: 2 strata, 30 min of batch per run; its times are no figure
 
 Strata: one per (scenario, fault) of the campaign and one per canary. The sample is the first K
@@ -137,6 +138,64 @@ def check(groups: dict, out_dir: Path, wall_s: float, projected_s: float) -> dic
             "projection_error": round(projected_s / wall_s - 1.0, 3)}
 
 
+def _ab_one(run, out_dir: str, cached: bool) -> dict:
+    """In a pool worker (hil.campaign.executors._worker_init): one run with or without the
+    worker's policy Numba cache; its wall s, the CPU s of its child processes, its digest."""
+    import resource
+
+    from hil.campaign import executors, worker
+
+    worker.WARM_POLICY_CACHE = cached
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = worker.execute_run(executors._CAMPAIGN, run, out_dir)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"cached": res["warm"]["policy_numba_cache"], "wall_s": res["wall_s"], "digest": res.get("digest"),
+            "error": res.get("error"), "children_cpu_s": round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 3)}
+
+
+def ab_policy_cache(c, repeats: int, tmp: Path) -> dict:
+    """The first no-fault policy run of the campaign, alternately with and without the policy's
+    Numba cache (B A B A ...), in one warm pool worker, after one untimed run that builds the cache:
+    median (min, max) wall s and CPU s of the run's child processes (policy, safety, recorder;
+    RUSAGE_CHILDREN: less inflated by the machine's load than wall time). Digests checked equal."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing as mp
+    from statistics import median
+
+    from hil.campaign.executors import _worker_init
+    from hil.campaign.expand import expand
+    from hil.campaign.schema import controller_of, load_scenario_ref
+
+    policy_sc = [ref.name for ref in c.scenarios if controller_of(ref, load_scenario_ref(c, ref)) == "policy"]
+    if not policy_sc:
+        raise RuntimeError("--ab-policy-cache: the campaign has no policy scenario")
+    run = next(r for r in expand(c) if r.fault == "none" and r.scenario == policy_sc[0])
+    arms: dict = {True: [], False: []}
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                             initargs=(c, True)) as pool:
+        pool.submit(_ab_one, run, str(tmp / "ab"), True).result()  # untimed: builds the cache
+        for i in range(2 * repeats):
+            cached = i % 2 == 1
+            arms[cached].append(pool.submit(_ab_one, run, str(tmp / "ab"), cached).result())
+    allr = arms[True] + arms[False]
+    errors = [r["error"] for r in allr if r["error"]]
+    if errors:
+        raise RuntimeError(f"A/B run errored: {errors[0]}")
+    if len({r["digest"] for r in allr}) != 1:
+        raise RuntimeError("A/B runs with and without the cache recorded different runs")
+    if not all(r["cached"] for r in arms[True]) or any(r["cached"] for r in arms[False]):
+        raise RuntimeError("the cache was not (or not only) where it was meant to be")
+
+    def stat(vals):
+        return {"median": round(median(vals), 3), "min": round(min(vals), 3), "max": round(max(vals), 3)}
+
+    out = {"run": run.run_id, "repeats": repeats}
+    for key in ("wall_s", "children_cpu_s"):
+        a, b = [r[key] for r in arms[False]], [r[key] for r in arms[True]]
+        out[key] = {"compiled": stat(a), "cached": stat(b), "compiled_over_cached": round(median(a) / median(b), 3)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--campaign", default=str(ROOT / "configs/campaigns/bioreactor_faults.toml"))
@@ -148,6 +207,9 @@ def main() -> None:
     ap.add_argument("--check-wall-s", type=float, default=None, help="that full run's end-to-end wall s")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 strata of the first scenario, 30 min of batch per run (no figure)")
+    ap.add_argument("--ab-policy-cache", type=int, default=0, metavar="N",
+                    help="also: one policy run N times with and N times without the policy's Numba cache, "
+                         "alternating, in one worker (wall and child-process CPU s)")
     a = ap.parse_args()
     from hil.campaign.expand import expand
     from hil.campaign.schema import load_campaign
@@ -193,6 +255,8 @@ def main() -> None:
             out["modes"][mode] = m
             print(f"{mode}: sample of {len(res)} runs end to end in {e2e:.1f} s -> projected "
                   f"{m['projected_full_s']:.0f} s for {m['full_runs']} runs on {a.workers} worker(s)", file=sys.stderr)
+        if a.ab_policy_cache > 0:
+            out["ab_policy_cache"] = ab_policy_cache(c, a.ab_policy_cache, Path(tmp))
     if "warm" in out["modes"] and "cold" in out["modes"]:
         out["cold_over_warm"] = round(out["modes"]["cold"]["projected_full_s"]
                                       / out["modes"]["warm"]["projected_full_s"], 3)
