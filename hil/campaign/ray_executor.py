@@ -18,12 +18,14 @@ is the node the kept attempt ran on.
 
 Idempotent writing. Only the driver writes the driver's copy: the run directory is unpacked
 beside its place and swapped in, then the result (the resume marker) is written atomically,
-once per run. A task first frees the shared memory that dead hil processes of its machine left
-(sweep_dead_shm: a worker killed with its node leaves its image and recorder ring). With
-[campaign].storage a task still runs in a directory of its own node and
-publishes the run directory into the storage by the same swap, then the result: an attempt
-on a node that Ray declared dead but that is still running writes whole directories and whole
+once per run. With [campaign].storage a task still runs in a directory of its own node and
+publishes the run directory into the storage by the same swap, then the result: an attempt on
+a node that Ray declared dead but that is still running writes whole directories and whole
 result files, which are the same run's (the same seed gives the same digest), never a mix.
+
+Shared memory. A task first frees what dead hil processes of its machine left in /dev/shm
+(sweep_dead_shm): a worker killed with its node takes its recorder with it, so nobody else
+frees its process image and recorder ring.
 """
 
 from __future__ import annotations

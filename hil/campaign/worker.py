@@ -11,7 +11,8 @@ per criterion {"status": "pass" | "fail" | "n/a", "value", "detail"}, the interv
 (safety clips, fallbacks, rollbacks, the loop's watchdog), the plotted signals downsampled,
 and `digest`: sha256 of every deterministic column of the recording (all but wall_ns and
 lateness_us), which `hil campaign replay` compares bit for bit, and `phases_s`: where the
-run's wall time went (run_phases), which shows what workers that keep processes alive save.
+run's wall time went (PhaseClock: setup, helper start, loop, helper stop, criteria), and
+`warm`: what the run reused from its worker (hil/campaign/warm.py).
 """
 
 from __future__ import annotations
