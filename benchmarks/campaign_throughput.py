@@ -2,7 +2,8 @@
 on a stratified sample and projected to the whole mix, cold and warm workers in one run.
 
     python benchmarks/campaign_throughput.py [--campaign FILE] [--scenarios plc,policy]
-        [--seeds-per-stratum K] [--workers W] [--modes warm,cold] [--check OUT --check-wall-s S]
+        [--seeds-per-stratum K] [--workers W] [--modes warm,warm_nocache,cold] [--check OUT --check-wall-s S]
+        [--ab-policy-cache N]   # also: one policy run N times with, N times without the policy's Numba cache
         [--quick]      # smoke run: 2 strata, 30 min of batch per run; its times are no figure
 
 Strata: one per (scenario, fault) of the campaign and one per canary. The sample is the first K
@@ -13,10 +14,18 @@ workers into a fresh directory:
 
 - warm: the local pool as `hil campaign run` uses it (each worker started once: imports and the
   Numba cache paid once per worker; lockstep runs fork their recorder);
+  policy runs load the policy's Numba kernel from the worker's cache (hil/campaign/warm.py);
+- warm_nocache: the same pool with every policy run compiling the policy's kernel (the warm pool
+  before hil/campaign/warm.py: the "before" of that change, measured in the same run);
 - cold: a fresh worker process per run (`max_tasks_per_child = 1`): imports and the Numba cache
-  paid by every run.
-The policy and safety processes of a policy run are started per run in BOTH modes: keeping them
-alive across runs (issue 20's "warm workers") is not built; this benchmark measures what is.
+  paid by every run, the policy's kernel compiled by every policy run.
+Modes run one after the other in the order given (a mode is minutes; the load average before
+and after is printed: this machine is shared). The policy and safety PROCESSES of a policy run
+are started per run in both modes (keeping them alive across runs needs hil/safety/launch.py
+and hil/runtime.py changes that are not built); `helpers_start_stop_s` says what that costs per
+run (the run's own phase marks: Runtime.run start to its on_started, on_stopping to its end),
+and `projected_full_s_helpers_free` is the projection with that time taken out of every run: a
+bound on what processes kept alive could save, if resetting them cost nothing (it does not).
 
 Projection of the full mix (per mode): sum over strata of N_stratum x mean run wall time of the
 stratum / W, plus the sample's measured overhead (its end-to-end time minus its run time / W:
@@ -81,13 +90,35 @@ def project(groups: dict, results: list[dict], workers: int, e2e_s: float, repor
             "reports_s": round(report_s, 2)}
 
 
-def run_mode(c, picked: list, workers: int, cold: bool, tmp: Path) -> tuple[list[dict], float, float]:
+def helper_share(groups: dict, results: list[dict], workers: int) -> float:
+    """The full selection's helper start and stop time (phases_s start_s + stop_s) per worker:
+    per stratum, its number of runs x the sample's mean, summed, / workers."""
+    by = defaultdict(list)
+    for r in results:
+        ph = r.get("phases_s") or {}
+        by[(r["run"]["scenario"], r["run"]["fault"])].append(ph.get("start_s", 0.0) + ph.get("stop_s", 0.0))
+    return sum(len(rs) * sum(by[k]) / len(by[k]) for k, rs in groups.items() if by.get(k)) / workers
+
+
+def mean_phases(results: list[dict]) -> dict:
+    """scenario -> phase -> mean wall s (hil/campaign/worker.py PhaseClock)."""
+    by: dict = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        for k, v in (r.get("phases_s") or {}).items():
+            by[r["run"]["scenario"]][k].append(float(v))
+    return {sc: {k: round(sum(v) / len(v), 3) for k, v in ph.items()} for sc, ph in by.items()}
+
+
+MODES = {"warm": {}, "warm_nocache": {"policy_cache": False}, "cold": {"cold": True}}
+
+
+def run_mode(c, picked: list, workers: int, mode: str, tmp: Path) -> tuple[list[dict], float, float]:
     from hil.campaign.report import write_reports
     from hil.campaign.runner import run_campaign
 
-    out = tmp / ("cold" if cold else "warm")
+    out = tmp / mode
     t0 = time.monotonic()
-    res = run_campaign(c, out, workers=workers, progress=False, only=[r.run_id for r in picked], cold=cold)
+    res = run_campaign(c, out, workers=workers, progress=False, only=[r.run_id for r in picked], **MODES[mode])
     t1 = time.monotonic()
     write_reports(c, res, out)
     t2 = time.monotonic()
@@ -107,17 +138,78 @@ def check(groups: dict, out_dir: Path, wall_s: float, projected_s: float) -> dic
             "projection_error": round(projected_s / wall_s - 1.0, 3)}
 
 
+def _ab_one(run, out_dir: str, cached: bool) -> dict:
+    """In a pool worker (hil.campaign.executors._worker_init): one run with or without the
+    worker's policy Numba cache; its wall s, the CPU s of its child processes, its digest."""
+    import resource
+
+    from hil.campaign import executors, worker
+
+    worker.WARM_POLICY_CACHE = cached
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = worker.execute_run(executors._CAMPAIGN, run, out_dir)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"cached": res["warm"]["policy_numba_cache"], "wall_s": res["wall_s"], "digest": res.get("digest"),
+            "error": res.get("error"), "children_cpu_s": round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 3)}
+
+
+def ab_policy_cache(c, repeats: int, tmp: Path) -> dict:
+    """The first no-fault policy run of the campaign, alternately with and without the policy's
+    Numba cache (B A B A ...), in one warm pool worker, after one untimed run that builds the cache:
+    median (min, max) wall s and CPU s of the run's child processes (policy, safety, recorder;
+    RUSAGE_CHILDREN: less inflated by the machine's load than wall time). Digests checked equal."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing as mp
+    from statistics import median
+
+    from hil.campaign.executors import _worker_init
+    from hil.campaign.expand import expand
+    from hil.campaign.schema import controller_of, load_scenario_ref
+
+    policy_sc = [ref.name for ref in c.scenarios if controller_of(ref, load_scenario_ref(c, ref)) == "policy"]
+    if not policy_sc:
+        raise RuntimeError("--ab-policy-cache: the campaign has no policy scenario")
+    run = next(r for r in expand(c) if r.fault == "none" and r.scenario == policy_sc[0])
+    arms: dict = {True: [], False: []}
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                             initargs=(c, True)) as pool:
+        pool.submit(_ab_one, run, str(tmp / "ab"), True).result()  # untimed: builds the cache
+        for i in range(2 * repeats):
+            cached = i % 2 == 1
+            arms[cached].append(pool.submit(_ab_one, run, str(tmp / "ab"), cached).result())
+    allr = arms[True] + arms[False]
+    errors = [r["error"] for r in allr if r["error"]]
+    if errors:
+        raise RuntimeError(f"A/B run errored: {errors[0]}")
+    if len({r["digest"] for r in allr}) != 1:
+        raise RuntimeError("A/B runs with and without the cache recorded different runs")
+    if not all(r["cached"] for r in arms[True]) or any(r["cached"] for r in arms[False]):
+        raise RuntimeError("the cache was not (or not only) where it was meant to be")
+
+    def stat(vals):
+        return {"median": round(median(vals), 3), "min": round(min(vals), 3), "max": round(max(vals), 3)}
+
+    out = {"run": run.run_id, "repeats": repeats}
+    for key in ("wall_s", "children_cpu_s"):
+        a, b = [r[key] for r in arms[False]], [r[key] for r in arms[True]]
+        out[key] = {"compiled": stat(a), "cached": stat(b), "compiled_over_cached": round(median(a) / median(b), 3)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--campaign", default=str(ROOT / "configs/campaigns/bioreactor_faults.toml"))
     ap.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
     ap.add_argument("--seeds-per-stratum", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--modes", default="warm,cold")
+    ap.add_argument("--modes", default="warm,warm_nocache,cold")
     ap.add_argument("--check", default=None, help="output directory of a full run of the same selection")
     ap.add_argument("--check-wall-s", type=float, default=None, help="that full run's end-to-end wall s")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 strata of the first scenario, 30 min of batch per run (no figure)")
+    ap.add_argument("--ab-policy-cache", type=int, default=0, metavar="N",
+                    help="also: one policy run N times with and N times without the policy's Numba cache, "
+                         "alternating, in one worker (wall and child-process CPU s)")
     a = ap.parse_args()
     from hil.campaign.expand import expand
     from hil.campaign.schema import load_campaign
@@ -138,14 +230,23 @@ def main() -> None:
                  "load_average_1min_before": round(os.getloadavg()[0], 2), "modes": {}}
     with tempfile.TemporaryDirectory(prefix="hil-camp-bench-") as tmp:
         for mode in [m for m in a.modes.split(",") if m]:
-            res, e2e, rep = run_mode(c, picked, a.workers, mode == "cold", Path(tmp))
+            if mode not in MODES:
+                ap.error(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
+            res, e2e, rep = run_mode(c, picked, a.workers, mode, Path(tmp))
             by_sc = defaultdict(list)
             for r in res:
                 by_sc[r["run"]["scenario"]].append(float(r["wall_s"]))
             m = {"sample_e2e_s": round(e2e, 2),
                  "mean_run_s": {k: round(sum(v) / len(v), 3) for k, v in by_sc.items()},
                  "worker_processes": len({r.get("worker_pid") for r in res}),
+                 "mean_phases_s": mean_phases(res),
+                 "policy_runs_with_warm_numba_cache": sum(bool((r.get("warm") or {}).get("policy_numba_cache"))
+                                                          for r in res),
                  **project(groups, res, a.workers, e2e, rep)}
+            phases = m["mean_phases_s"]
+            m["helpers_start_stop_s"] = {sc: round(ph.get("start_s", 0.0) + ph.get("stop_s", 0.0), 3)
+                                         for sc, ph in phases.items()}
+            m["projected_full_s_helpers_free"] = round(m["projected_full_s"] - helper_share(groups, res, a.workers), 1)
             if not a.quick:
                 m["goal_s"], m["stretch_s"] = GOAL_S, STRETCH_S
                 m["goal_met"] = m["projected_full_s"] <= GOAL_S if m["full_runs"] >= 600 else None
@@ -154,9 +255,14 @@ def main() -> None:
             out["modes"][mode] = m
             print(f"{mode}: sample of {len(res)} runs end to end in {e2e:.1f} s -> projected "
                   f"{m['projected_full_s']:.0f} s for {m['full_runs']} runs on {a.workers} worker(s)", file=sys.stderr)
+        if a.ab_policy_cache > 0:
+            out["ab_policy_cache"] = ab_policy_cache(c, a.ab_policy_cache, Path(tmp))
     if "warm" in out["modes"] and "cold" in out["modes"]:
         out["cold_over_warm"] = round(out["modes"]["cold"]["projected_full_s"]
                                       / out["modes"]["warm"]["projected_full_s"], 3)
+    if "warm" in out["modes"] and "warm_nocache" in out["modes"]:
+        out["nocache_over_warm"] = round(out["modes"]["warm_nocache"]["projected_full_s"]
+                                         / out["modes"]["warm"]["projected_full_s"], 3)
     out["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 

@@ -7,7 +7,8 @@
     expand.py     campaign -> run specs (ids, seeds)
     worker.py     one run: scenario + faults -> recording -> criteria -> result JSON
     criteria.py   per-run checks; stats.py: Clopper-Pearson bounds
-    executors.py  local process pool (warm workers) and Ray
+    executors.py  local process pool (warm workers)
+    ray_executor.py  runs as Ray tasks; lost nodes' runs rescheduled
     realtime.py   real-time runs: SoftPLC process, proxy.py (link faults), signals
     runner.py     the driver (resume, progress); bench.py: hil bench modbus|opcua
     report.py     JUnit XML and the self-contained HTML report

@@ -90,9 +90,11 @@ class CampaignProgress:
 
 def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0, address: str | None = None,
                  progress: bool = True, console=None, realtime: bool | None = None,
-                 only: list[str] | None = None, cold: bool = False) -> list[dict]:
+                 only: list[str] | None = None, cold: bool = False,
+                 policy_cache: bool = True) -> list[dict]:
     """Run every run of the campaign that has no result yet; return all results (old and new).
-    cold: the local pool starts a fresh worker per run (benchmarks only; see executors.run_local)."""
+    cold: the local pool starts a fresh worker per run; policy_cache=False: its warm workers do not
+    share the policy's Numba cache (both for benchmarks only; see executors.run_local)."""
     out_dir = Path(out_dir)
     save_campaign(c, out_dir)
     runs = expand(c)
@@ -134,13 +136,14 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
     try:
         if todo:
             if executor == "ray":
-                from hil.campaign.executors import run_ray
+                from hil.campaign.ray_executor import run_ray
 
                 run_ray(c, todo, out_dir, address, on_result, realtime=realtime)
             else:
                 from hil.campaign.executors import run_local
 
-                run_local(c, todo, out_dir, workers, on_result, realtime=realtime, cold=cold)
+                run_local(c, todo, out_dir, workers, on_result, realtime=realtime, cold=cold,
+                          policy_cache=policy_cache)
         state = "finished"
     finally:
         prog.write(state)

@@ -10,7 +10,9 @@ The result holds: the run spec, the fault window (steps and s), the run summary'
 per criterion {"status": "pass" | "fail" | "n/a", "value", "detail"}, the interventions seen
 (safety clips, fallbacks, rollbacks, the loop's watchdog), the plotted signals downsampled,
 and `digest`: sha256 of every deterministic column of the recording (all but wall_ns and
-lateness_us), which `hil campaign replay` compares bit for bit.
+lateness_us), which `hil campaign replay` compares bit for bit, and `phases_s`: where the
+run's wall time went (PhaseClock: setup, helper start, loop, helper stop, criteria), and
+`warm`: what the run reused from its worker (hil/campaign/warm.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from hil.campaign.schema import Campaign, controller_of, decimate_of, load_scena
 from hil.ports import check_ports, with_free_ports
 
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
+WARM_POLICY_CACHE = False  # set in the local pool's warm workers: policy runs get the worker's Numba cache
+#                            (hil/campaign/warm.py) instead of compiling the policy's kernel per run
 
 
 class RunInterrupted(Exception):
@@ -90,6 +94,35 @@ def build_stage(c: Campaign, run: RunSpec, runtime, controller: str, rt_ctl=None
                       external=rt_ctl.external if rt_ctl is not None else None), args
 
 
+class PhaseClock:
+    """Wall-time marks of one run (time.monotonic, s): configured (scenario loaded, Runtime
+    built), started (helpers up: recorder, servers, policy and safety; Runtime.run's
+    on_started), stopping (the loop ended; on_stopping), stopped (helpers stopped, the summary
+    written), evaluated (criteria done)."""
+
+    def __init__(self):
+        self.t = {"begin": time.monotonic()}
+
+    def mark(self, name: str) -> None:
+        self.t[name] = time.monotonic()
+
+    def phases(self) -> dict:
+        """{"setup_s", "start_s", "loop_s", "stop_s", "criteria_s"}: the spans between marks (only
+        those whose two marks were reached)."""
+        spans = (("setup_s", "begin", "configured"), ("start_s", "configured", "started"),
+                 ("loop_s", "started", "stopping"), ("stop_s", "stopping", "stopped"),
+                 ("criteria_s", "stopped", "evaluated"))
+        return {k: round(self.t[b] - self.t[a], 4) for k, a, b in spans if a in self.t and b in self.t}
+
+
+def _chain(first, clock: PhaseClock, mark: str):
+    def call(runtime) -> None:
+        clock.mark(mark)
+        if first is not None:
+            first(runtime)
+    return call
+
+
 def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: bool | None = None,
                 keep_recording: bool = True) -> dict:
     """Run one spec to its result dict (also written to results/<run_id>.json)."""
@@ -104,6 +137,8 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     realtime = (c.campaign.mode == "realtime") if realtime is None else realtime
     ref = next(s for s in c.scenarios if s.name == run.scenario)
     t_wall = time.monotonic()
+    clock = PhaseClock()
+    warm = {"fork_helpers": bool(FORK_HELPERS and not realtime), "policy_numba_cache": False}
     ipc_dir = tempfile.mkdtemp(prefix="hilc-")
     env_set: list[str] = []
     # this run's stderr (and that of the processes it starts: policy, safety) to a file of its own
@@ -115,6 +150,10 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
         sc0 = load_scenario_ref(c, ref)  # as declared: the safety envelope criteria hold runs to it
+        if WARM_POLICY_CACHE and sc0.bus is not None and sc0.policy is not None:
+            from hil.campaign.warm import seed_policy_cache
+
+            warm["policy_numba_cache"] = seed_policy_cache(ipc_dir, sc0.policy)
 
         def configure(ports: list[int]):
             extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, ports)
@@ -155,17 +194,18 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
             key, val = pf.to_env()
             os.environ[key] = val
             env_set.append(key)
+        clock.mark("configured")
         with runtime:
-            if rt_ctl is not None:
-                summary = runtime.run(on_started=rt_ctl.started, on_stopping=rt_ctl.stopping).as_dict()
-            else:
-                summary = runtime.run().as_dict()
+            summary = runtime.run(on_started=_chain(rt_ctl and rt_ctl.started, clock, "started"),
+                                  on_stopping=_chain(rt_ctl and rt_ctl.stopping, clock, "stopping")).as_dict()
+        clock.mark("stopped")
         if summary.get("stop_reason") == "stop requested" and not stage.stopped_run:
             raise RunInterrupted(run.run_id)
         extra_info = rt_ctl.info() if rt_ctl is not None else {}
         if stage.plc is not None and hasattr(stage.plc, "scans"):
             extra_info["plc_scans"] = stage.plc.scans
         result = evaluate(c, run, sc, runtime, summary, stage, run_dir, extra_info, sc_declared=sc0)
+        clock.mark("evaluated")
     except RunInterrupted:
         raise
     except Exception as exc:  # noqa: BLE001  (a run that cannot run is a failed run, with the reason)
@@ -181,6 +221,8 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
             os.environ.pop(key, None)
         shutil.rmtree(ipc_dir, ignore_errors=True)
     result["wall_s"] = round(time.monotonic() - t_wall, 3)
+    result["phases_s"] = clock.phases()
+    result["warm"] = warm  # what this run reused from its worker (hil/campaign/executors.py, warm.py)
     result["worker_pid"] = os.getpid()
     if not keep_recording:
         shutil.rmtree(run_dir / "rec", ignore_errors=True)

@@ -40,11 +40,23 @@ def test_projection_scales_each_stratum_by_its_own_run_time():
         b.project(groups, res[:1], workers=2, e2e_s=15.0, report_s=1.0)
 
 
+def test_helper_share_takes_each_stratum_s_helper_time_out_once_per_run():
+    b = load("campaign_throughput")
+    groups = {("plc", "none"): [_run("plc", "none", s) for s in range(1, 11)],
+              ("policy", "nan"): [_run("policy", "nan", s) for s in range(1, 21)]}
+    res = [{**_res("plc", "none", 1, 2.0), "phases_s": {"start_s": 0.1, "loop_s": 1.5, "stop_s": 0.1}},
+           {**_res("policy", "nan", 1, 9.0), "phases_s": {"start_s": 3.0, "loop_s": 4.0, "stop_s": 1.0}},
+           {**_res("policy", "nan", 2, 9.0), "phases_s": {"start_s": 2.0, "loop_s": 4.0, "stop_s": 1.0}}]
+    # per worker: (10 x 0.2 + 20 x 3.5) / 2
+    assert b.helper_share(groups, res, workers=2) == pytest.approx((10 * 0.2 + 20 * 3.5) / 2)
+    assert b.mean_phases(res)["policy"] == {"start_s": 2.5, "loop_s": 4.0, "stop_s": 1.0}
+
+
 @pytest.mark.timeout(900)
 def test_quick_run_cold_starts_a_worker_per_run_warm_reuses_one():
     res = run_quick("campaign_throughput", "--workers", "1", timeout=880)
-    assert res["quick"] and res["sample_runs"] == 2 and set(res["modes"]) == {"warm", "cold"}
-    assert res["modes"]["warm"]["worker_processes"] == 1
+    assert res["quick"] and res["sample_runs"] == 2 and set(res["modes"]) == {"warm", "warm_nocache", "cold"}
+    assert res["modes"]["warm"]["worker_processes"] == res["modes"]["warm_nocache"]["worker_processes"] == 1
     assert res["modes"]["cold"]["worker_processes"] == 2
     for m in res["modes"].values():
         assert m["full_runs"] == 40 and m["projected_full_s"] > 0  # 2 strata x 20 seeds
