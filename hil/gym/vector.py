@@ -25,6 +25,11 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from numba.core.typing.typeof import Purpose, typeof
+
+from hil.gaps.pipeline import A_AS, A_I, A_T, A_V, S_I, S_PROF, S_T, S_V
+from hil.gym.fused import MODES, PREFETCH_DISTANCE, gym_kernels
+from hil.gym.prefetch import arena_plan
 from hil.loop.step import LoopStep, fused_kernels, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
@@ -45,8 +50,10 @@ class HilVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, scenario, num_envs: int, *, scenario_path: str | None = None,
-                 parallel: bool | None = None):
-        """parallel: step the instances on every core (default: from PARALLEL_MIN instances on)."""
+                 parallel: bool | None = None, fused: bool | None = None):
+        """parallel: step the instances on every core (default: from PARALLEL_MIN instances on).
+        fused: the whole step in one compiled call (hil/gym/fused.py; default wherever the
+        plant's step is specialised); False: numpy around the loop's batch kernel (the reference)."""
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, not {num_envs}")
         self.model = m = ScenarioModel(scenario)
@@ -116,6 +123,46 @@ class HilVectorEnv(VectorEnv):
         self._ym0 = np.zeros(m.n_y)
         self._x0 = m.x0.copy()
         self._u0 = m.u0.copy()
+        gk = gym_kernels(m) if self.batched and fused is not False else None
+        self.fused = gk is not None
+        self._fused_kernel = (gk.parallel if self.parallel else gk.serial) if gk else None
+        self._fused_entry = None
+        if gk is not None:
+            self._fused_setup()
+
+    def _fused_setup(self) -> None:
+        """Arrays of the fused step (hil/gym/fused.py ARGS), allocated once."""
+        m, N = self.model, self.num_envs
+        self.A = np.zeros((N, len(self.action_names)))
+        self.DU = np.zeros((N, m.n_u))
+        self.terminated, self.truncated = np.zeros(N, bool), np.zeros(N, bool)
+        self.diverged, self.out_b, self.limit_b = np.zeros(N, bool), np.zeros(N, bool), np.zeros(N, bool)
+        self.clipped = np.zeros(N, dtype=np.int64)
+        profs = m.profiles
+        self._prof = (np.array([p.index for p in profs], dtype=np.int64),
+                      np.cumsum([0] + [p.times.size for p in profs]).astype(np.int64),
+                      np.concatenate([p.times for p in profs] + [np.zeros(0)]),
+                      np.concatenate([p.values for p in profs] + [np.zeros(0)]))
+        self._lim = (np.array([b == "y" for b, _, _, _ in m.limits], dtype=np.bool_),
+                     np.array([i for _, i, _, _ in m.limits], dtype=np.int64),
+                     np.array([lo for _, _, lo, _ in m.limits], dtype=np.float64),
+                     np.array([hi for _, _, _, hi in m.limits], dtype=np.float64))
+        g = self.template
+        self._pf = (*arena_plan(g._act_buf, A_AS + 1, A_I, A_T, A_V), *arena_plan(g._sense_buf, S_PROF + 1, S_I, S_T, S_V))
+
+    def _fused_args(self) -> tuple:
+        m, c, f = self.model, self.corr, self.features
+        pf = self._pf
+        return (self.run, self.autoreset, self.K, self.Tp, self.X, self.Z, self.D, self.P, self.Ucmd, self.Uclip,
+                self.Uapp, self.Uprev, self.Y, self.Ymeas, self.W, (), self.Aact, self.Asen, self.counts, self.status,
+                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, self.Xout, c[0], c[1], c[2], c[3], self.C_incr, self.Rows,
+                m.step_s, m.dt_plant, m.substeps,
+                self.A, m.action_index.astype(np.int64), *self._prof,
+                f.index.astype(np.int64), f.dpos.astype(np.int64), f.obs, f.good, f.bad, f.prev, f.first, self.obs,
+                MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
+                self.DU, self.reward, self.terminated, self.truncated, self.diverged, self.out_b, self.limit_b,
+                self.clipped, *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward), int(m.max_steps),
+                pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE)
 
     # ---- episodes ----
     def _reset_rows(self, rows: np.ndarray) -> None:
@@ -183,6 +230,8 @@ class HilVectorEnv(VectorEnv):
         a = np.asarray(actions, dtype=np.float64)
         if a.shape != (self.num_envs, len(self.action_names)):
             raise ValueError(f"actions: expected shape {(self.num_envs, len(self.action_names))}, got {a.shape}")
+        if self.fused:
+            return self._step_fused(a)
         resetting = np.flatnonzero(self.autoreset)
         if resetting.size:
             self._reset_rows(resetting)
@@ -217,3 +266,25 @@ class HilVectorEnv(VectorEnv):
                 "episode_index": self.episodes.copy(), "seed": self.seeds.copy(), "t_s": t_end,
                 "bad_outputs": self.features.bad.copy()}
         return self.obs.copy(), reward, terminated, truncated, info
+
+    def _step_fused(self, a: np.ndarray):
+        """The step in one compiled call (hil/gym/fused.py): the same results as the numpy path."""
+        resetting = np.flatnonzero(self.autoreset)
+        if resetting.size:
+            self._reset_rows(resetting)
+        np.copyto(self.A, a)
+        entry = self._fused_entry
+        if entry is None:  # first step: compile or load, then call the entry point directly
+            args = self._fused_args()
+            self._fused_kernel(*args)
+            sig = tuple(typeof(x, Purpose.argument) for x in args)
+            cres = self._fused_kernel.overloads.get(sig)
+            self._fused_entry = (cres.entry_point, args) if cres is not None else (self._fused_kernel, args)
+        else:
+            entry[0](*entry[1])
+        t_end = self.K * self.model.step_s
+        info = {"x": self.X.copy(), "y": self.Y.copy(), "u_applied": self.Uapp.copy(), "clipped": self.clipped.copy(),
+                "diverged": self.diverged.copy(), "state_out_of_bounds": self.out_b.copy(),
+                "limit": self.limit_b.copy(), "episode_index": self.episodes.copy(), "seed": self.seeds.copy(),
+                "t_s": t_end, "bad_outputs": self.features.bad.copy()}
+        return self.obs.copy(), self.reward.copy(), self.terminated.copy(), self.truncated.copy(), info
