@@ -134,11 +134,11 @@ _ROW = '''
 
 _PREFETCH = '''
         ahead = i + 2 * pf_dist
-        if ahead < n:
+        if pf_dist >= 0 and ahead < n:
             prefetch_ranges(Aact[ahead], pf_act)
             prefetch_ranges(Asen[ahead], pf_sen)
         ahead = i + pf_dist
-        if ahead < n:
+        if pf_dist >= 0 and ahead < n:
             prefetch_ring(Aact[ahead], pf_act_ring)
             prefetch_ring(Asen[ahead], pf_sen_ring)
 '''
