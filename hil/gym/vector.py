@@ -2,9 +2,13 @@
 
 Every instance runs exactly the single env's step (hil/gym/env.py, itself the lockstep
 loop's): the loop's compiled step (hil/loop/step.py `row_step`: clip, actuation gaps, plant,
-residual correction, sensor gaps, recording row) over every instance in `batch_step` (no GIL,
-all cores; "step"-form plants: the same row kernel per instance); features, reward and stops are numpy
-over the N rows. Instance i with seed s_i and episode e is bit for bit the single env's
+residual correction, sensor gaps, recording row). For "ode" plants whose step is specialised
+(hil/loop/specialize.py) the whole env step is one compiled call over every instance
+(hil/gym/fused.py: profiles, action, row_step, features, stops, the reward compiled from its
+expression; no GIL, all cores, the next instances' gap arenas prefetched); otherwise, or with
+`fused=False`, the loop's `batch_step` ("step"-form plants: the row kernel per instance) with
+features, reward and stops in numpy over the N rows (the reference the fused step is tested
+against, bit for bit). Instance i with seed s_i and episode e is bit for bit the single env's
 episode e of seed s_i.
 
 Seeding: `reset(seed=s)` gives instance i the seed s + i (episode 0); a list gives each its
