@@ -24,6 +24,7 @@ info (arrays over the instances): `x` true states, `y` true outputs, `u_applied`
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -138,7 +139,12 @@ class HilVectorEnv(VectorEnv):
         """Arrays of the fused step (hil/gym/fused.py ARGS), allocated once."""
         m, N = self.model, self.num_envs
         self.A = np.zeros((N, len(self.action_names)))
-        self.DU = np.zeros((N, m.n_u))
+        # scratch of the fused step, one per thread (numba.get_thread_id): RK4 work, recording
+        # row (written by row_step, not kept per instance: self.Rows is the numpy path's),
+        # feature inputs, du
+        n_thr = numba.config.NUMBA_NUM_THREADS
+        self._scratch = (np.zeros((n_thr, 5, m.n_x)), np.zeros((n_thr, self.Rows.shape[1])),
+                         np.zeros((n_thr, m.n_y + m.n_u)), np.zeros((n_thr, m.n_u)))
         self.terminated, self.truncated = np.zeros(N, bool), np.zeros(N, bool)
         self.diverged, self.out_b, self.limit_b = np.zeros(N, bool), np.zeros(N, bool), np.zeros(N, bool)
         self.clipped = np.zeros(N, dtype=np.int64)
@@ -157,14 +163,15 @@ class HilVectorEnv(VectorEnv):
     def _fused_args(self) -> tuple:
         m, c, f = self.model, self.corr, self.features
         pf = self._pf
+        w, rows, fo, du = self._scratch
         return (self.run, self.autoreset, self.K, self.Tp, self.X, self.Z, self.D, self.P, self.Ucmd, self.Uclip,
-                self.Uapp, self.Uprev, self.Y, self.Ymeas, self.W, (), self.Aact, self.Asen, self.counts, self.status,
-                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, self.Xout, c[0], c[1], c[2], c[3], self.C_incr, self.Rows,
+                self.Uapp, self.Uprev, self.Y, self.Ymeas, w, (), self.Aact, self.Asen, self.counts, self.status,
+                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, self.Xout, c[0], c[1], c[2], c[3], self.C_incr, rows,
                 m.step_s, m.dt_plant, m.substeps,
                 self.A, m.action_index.astype(np.int64), *self._prof,
-                f.index.astype(np.int64), f.dpos.astype(np.int64), f.obs, f.good, f.bad, f.prev, f.first, self.obs,
+                f.index.astype(np.int64), f.dpos.astype(np.int64), fo, f.good, f.bad, f.prev, f.first, self.obs,
                 MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
-                self.DU, self.reward, self.terminated, self.truncated, self.diverged, self.out_b, self.limit_b,
+                du, self.reward, self.terminated, self.truncated, self.diverged, self.out_b, self.limit_b,
                 self.clipped, *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward), int(m.max_steps),
                 pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE)
 
