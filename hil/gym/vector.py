@@ -1,12 +1,13 @@
-"""`HilVectorEnv`: N randomized instances of a scenario stepped in one Numba `prange` call.
+"""`HilVectorEnv`: N randomized instances of a scenario stepped in one compiled call per core.
 
 Every instance runs exactly the single env's step (hil/gym/env.py, itself the lockstep
 loop's): the loop's compiled step (hil/loop/step.py `row_step`: clip, actuation gaps, plant,
 residual correction, sensor gaps, recording row). For "ode" plants whose step is specialised
 (hil/loop/specialize.py) the whole env step is one compiled call over every instance
 (hil/gym/fused.py: profiles, action, row_step, features, stops, the reward compiled from its
-expression; no GIL, all cores, the next instances' gap arenas prefetched); otherwise, or with
-`fused=False`, the loop's `batch_step` ("step"-form plants: the row kernel per instance) with
+expression; without the GIL, one block of rows per core from Python threads, the next
+instances' gap arenas prefetched); otherwise, or with
+`fused=False`, the loop's `batch_step` (a prange; "step"-form plants: the row kernel per instance) with
 features, reward and stops in numpy over the N rows (the reference the fused step is tested
 against, bit for bit). Instance i with seed s_i and episode e is bit for bit the single env's
 episode e of seed s_i.
@@ -23,6 +24,8 @@ info (arrays over the instances): `x` true states, `y` true outputs, `u_applied`
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -130,8 +133,9 @@ class HilVectorEnv(VectorEnv):
         self._u0 = m.u0.copy()
         gk = gym_kernels(m) if self.batched and fused is not False else None
         self.fused = gk is not None
-        self._fused_kernel = (gk.parallel if self.parallel else gk.serial) if gk else None
-        self._fused_entry = None
+        self._fused_kernel = gk.step if gk else None
+        self._fused_calls: list | None = None  # per block of rows: (entry point, its arguments)
+        self._pool = None
         if gk is not None:
             self._fused_setup()
 
@@ -142,9 +146,11 @@ class HilVectorEnv(VectorEnv):
         # scratch of the fused step, one per thread (numba.get_thread_id): RK4 work, recording
         # row (written by row_step, not kept per instance: self.Rows is the numpy path's),
         # feature inputs, du
-        n_thr = numba.config.NUMBA_NUM_THREADS
-        self._scratch = (np.zeros((n_thr, 5, m.n_x)), np.zeros((n_thr, self.Rows.shape[1])),
-                         np.zeros((n_thr, m.n_y + m.n_u)), np.zeros((n_thr, m.n_u)))
+        # blocks of rows stepped concurrently (one per core, each >= PARALLEL_MIN rows)
+        n_blocks = max(1, min(numba.config.NUMBA_NUM_THREADS, N // PARALLEL_MIN)) if self.parallel else 1
+        self._blocks = [(N * b // n_blocks, N * (b + 1) // n_blocks) for b in range(n_blocks)]
+        self._scratch = [(np.zeros((1, 5, m.n_x)), np.zeros((1, self.Rows.shape[1])), np.zeros((1, m.n_y + m.n_u)),
+                          np.zeros((1, m.n_u))) for _ in self._blocks]
         self.terminated, self.truncated = np.zeros(N, bool), np.zeros(N, bool)
         self.diverged, self.out_b, self.limit_b = np.zeros(N, bool), np.zeros(N, bool), np.zeros(N, bool)
         self.clipped = np.zeros(N, dtype=np.int64)
@@ -160,20 +166,45 @@ class HilVectorEnv(VectorEnv):
         g = self.template
         self._pf = (*arena_plan(g._act_buf, A_AS + 1, A_I, A_T, A_V), *arena_plan(g._sense_buf, S_PROF + 1, S_I, S_T, S_V))
 
-    def _fused_args(self) -> tuple:
+    def _fused_args(self, block: int) -> tuple:
+        """hil/gym/fused.py ARGS for one block of rows: views of the per-instance arrays, the
+        block's own scratch, the shared tables."""
         m, c, f = self.model, self.corr, self.features
         pf = self._pf
-        w, rows, fo, du = self._scratch
-        return (self.run, self.autoreset, self.K, self.Tp, self.X, self.Z, self.D, self.P, self.Ucmd, self.Uclip,
-                self.Uapp, self.Uprev, self.Y, self.Ymeas, w, (), self.Aact, self.Asen, self.counts, self.status,
-                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, self.Xout, c[0], c[1], c[2], c[3], self.C_incr, rows,
+        lo, hi = self._blocks[block]
+        w, rows, fo, du = self._scratch[block]
+
+        def r(a):
+            return a[lo:hi]
+
+        return (r(self.run), r(self.autoreset), r(self.K), r(self.Tp), r(self.X), r(self.Z), r(self.D), r(self.P),
+                r(self.Ucmd), r(self.Uclip), r(self.Uapp), r(self.Uprev), r(self.Y), r(self.Ymeas), w, (),
+                r(self.Aact), r(self.Asen), r(self.counts), r(self.status),
+                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr), rows,
                 m.step_s, m.dt_plant, m.substeps,
-                self.A, m.action_index.astype(np.int64), *self._prof,
-                f.index.astype(np.int64), f.dpos.astype(np.int64), fo, f.good, f.bad, f.prev, f.first, self.obs,
-                MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
-                du, self.reward, self.terminated, self.truncated, self.diverged, self.out_b, self.limit_b,
-                self.clipped, *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward), int(m.max_steps),
-                pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE)
+                r(self.A), m.action_index.astype(np.int64), *self._prof,
+                f.index.astype(np.int64), f.dpos.astype(np.int64), fo, r(f.good), r(f.bad), r(f.prev), r(f.first),
+                r(self.obs), MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
+                du, r(self.reward), r(self.terminated), r(self.truncated), r(self.diverged), r(self.out_b),
+                r(self.limit_b), r(self.clipped), *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward),
+                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE)
+
+    def _bind_fused(self) -> list:
+        """(compiled entry point, arguments) per block: the kernel called without Numba's
+        per-call typing of ~70 arguments (the arrays are this env's, fixed for its life)."""
+        calls = []
+        for b in range(len(self._blocks)):
+            args = self._fused_args(b)
+            sig = tuple(typeof(x, Purpose.argument) for x in args)
+            if sig not in self._fused_kernel.overloads:
+                self._fused_kernel.compile(sig)
+            calls.append((self._fused_kernel.overloads[sig].entry_point, args))
+        return calls
+
+    def close_extras(self, **kwargs) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # ---- episodes ----
     def _reset_rows(self, rows: np.ndarray) -> None:
@@ -284,15 +315,18 @@ class HilVectorEnv(VectorEnv):
         if resetting.size:
             self._reset_rows(resetting)
         np.copyto(self.A, a)
-        entry = self._fused_entry
-        if entry is None:  # first step: compile or load, then call the entry point directly
-            args = self._fused_args()
-            self._fused_kernel(*args)
-            sig = tuple(typeof(x, Purpose.argument) for x in args)
-            cres = self._fused_kernel.overloads.get(sig)
-            self._fused_entry = (cres.entry_point, args) if cres is not None else (self._fused_kernel, args)
-        else:
-            entry[0](*entry[1])
+        calls = self._fused_calls
+        if calls is None:  # first step: compile or load from Numba's cache, bind the blocks
+            calls = self._fused_calls = self._bind_fused()
+        if len(calls) == 1:
+            calls[0][0](*calls[0][1])
+        else:  # one block per core: the kernel releases the GIL; this thread takes the first
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(len(calls) - 1, thread_name_prefix="hil-gym")
+            futures = [self._pool.submit(fn, *args) for fn, args in calls[1:]]
+            calls[0][0](*calls[0][1])
+            for fut in futures:
+                fut.result()
         t_end = self.K * self.model.step_s
         info = {"x": self.X.copy(), "y": self.Y.copy(), "u_applied": self.Uapp.copy(), "clipped": self.clipped.copy(),
                 "diverged": self.diverged.copy(), "state_out_of_bounds": self.out_b.copy(),

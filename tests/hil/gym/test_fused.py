@@ -16,8 +16,8 @@ from tests.hil.gym.helpers import CONFIG  # noqa: E402
 # cross (terminated), short episodes (truncated), substitution of Bad readings, and a reward
 # that reads every signal block and most functions
 BRANCHY = dict(
-    episode_s=60.0, bad_observation="substitute", bad_substitute={"ph": 7.0},
-    limits={"dissolved_oxygen": [38.0, 42.0], "temperature": [200.0, 400.0]},
+    episode_s=25.0, bad_observation="substitute", bad_substitute={"ph": 7.0},
+    limits={"dissolved_oxygen": [37.0, 43.0], "temperature": [200.0, 400.0]},
     observation=["ph", "d.ph", "dissolved_oxygen", "d.u.agitation_power", "u.base_flow", "glucose"],
     reward="-abs(y.dissolved_oxygen - 40.0) / 10.0 - 0.1 * where(meas.ph > 5.1, 1.0, 0.0) "
            "- max(du.agitation_power, 0.0) ** 2 / (cmd.base_flow * 0.0 + 1.0) + 1e-3 * sqrt(x.volume) "
@@ -31,12 +31,14 @@ def _actions(rng, space, n):
     return rng.uniform(space.low, space.high, (n, space.shape[0]))
 
 
-@pytest.mark.parametrize("parallel", [False, True])
-def test_fused_step_is_the_numpy_path_bit_for_bit(parallel):
-    n_env, steps = 6, 150
+@pytest.mark.parametrize("parallel, n_env", [(False, 6), (True, 40)])
+def test_fused_step_is_the_numpy_path_bit_for_bit(parallel, n_env):
+    """(True, 40): two blocks of 20 rows stepped from two threads."""
+    steps = 150
     fused = hil.gym.make_vec(CONFIG, n_env, parallel=parallel, **BRANCHY)
     ref = hil.gym.make_vec(CONFIG, n_env, parallel=parallel, fused=False, **BRANCHY)
     assert fused.fused and not ref.fused
+    assert len(fused._blocks) == (2 if parallel else 1)
     o1, _ = fused.reset(seed=5)
     o2, _ = ref.reset(seed=5)
     np.testing.assert_array_equal(o1, o2)
@@ -48,7 +50,7 @@ def test_fused_step_is_the_numpy_path_bit_for_bit(parallel):
             a[2, 0] = np.nan  # a non-finite action: held and counted
         if k == 70:  # a partial reset in the middle of episodes
             mask = np.zeros(n_env, bool)
-            mask[[0, 3]] = True
+            mask[[0, 3, n_env - 1]] = True
             o1, _ = fused.reset(options={"reset_mask": mask})
             o2, _ = ref.reset(options={"reset_mask": mask})
             np.testing.assert_array_equal(o1, o2)
