@@ -7,7 +7,7 @@ every gap) per wall second, measured in this run on this machine:
 
     single_steps_per_s        HilEnv.step, one instance (what a single-env trainer gets)
     vector_steps_per_s        {"1": .., "64": .., "1024": ..}: HilVectorEnv.step, N instances
-                              in one prange call (steps/s counts all N)
+                              (steps/s counts all N)
     python_loop_steps_per_s   N separate HilEnv instances stepped one by one in a Python loop
                               (the reference: what a vector env made of single envs costs,
                               e.g. gymnasium's SyncVectorEnv; N = 64)
@@ -15,9 +15,9 @@ every gap) per wall second, measured in this run on this machine:
     cpu_us_per_instance_step  THE load-independent figure and the goal's: CPU time per
                               instance-step, {name: median, min, max over repeats}:
                               "vector_1024" (HilVectorEnv.step, N = 1024, as made by default: the
-                              whole step in one compiled prange call, hil/gym/fused.py: kernel,
-                              features, reward, stops, info; every thread of this process, idle
-                              workers' spinning included), "vector_1024_serial" (the same fused
+                              whole step compiled, hil/gym/fused.py: kernel, features, reward,
+                              stops, info; one block of rows per core from Python threads; every
+                              thread of this process), "vector_1024_serial" (the same fused
                               step on the calling thread), "vector_1024_numpy" (the step before
                               hil/gym/fused.py, kept as fused=False: the loop's batch kernel plus
                               numpy over the rows, on the calling thread), "kernel_serial_1024"
@@ -35,8 +35,8 @@ every gap) per wall second, measured in this run on this machine:
     goal_met                  cpu_us_per_instance_step["vector_1024"] median <= the goal
 
 Wall-clock rates (steps per wall second; best of `--repeats`, they depend on the machine's
-load, so no goal is computed from them; the vector env's parallel region needs both cores at
-once and suffers most from other processes): single_steps_per_s, vector_steps_per_s
+load, so no goal is computed from them; the vector env's blocks need both cores at once and
+suffer most from other processes): single_steps_per_s, vector_steps_per_s
 {"1","64","1024"}, python_loop_steps_per_s, kernel_steps_per_s.
 
 Human-readable lines go to stderr; the last line of stdout is one JSON object.
