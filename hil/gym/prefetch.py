@@ -58,6 +58,17 @@ def prefetch_ranges(row, ranges):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def prefetch_row(row):
+    """Every line of a 1-D row (one instance's row of a 2-D per-instance array): some twenty
+    such arrays are read row by row, more streams than the hardware prefetcher follows."""
+    n = row.size
+    for o in range(0, n, LINE_ITEMS):
+        prefetch(row, o)
+    if n:
+        prefetch(row, n - 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def prefetch_ring(row, ring):
     """The ring lines the next step of a delay line reads and writes. ring = (offset of I,
     n_ch, offset of T, slots M, offset of V, n_sig): T (n_ch, M, 2), V (M, n_sig)."""
