@@ -12,19 +12,20 @@ hil/gym/vector.py's numpy path (which stays as the reference, `fused=False`):
     status -> diverged / out of bounds, [gym].limits -> terminated_i, reward_of(...) -> reward_i,
     truncated_i, autoreset_i
 
-with the next instances' gap arenas and rows prefetched (hil/gym/prefetch.py). Scratch (the RK4 work
-arrays, the loop's recording row, the feature inputs, du) is one row per call (W[0], Rows[0],
-FO[0], DU[0]), not per instance: ~1 kB less memory traffic per instance-step; the vector env
-keeps no recording row per instance on this path.
+with the reward expression compiled into the kernel (hil/gym/exprgen.py) and the next
+instances' gap arenas and rows prefetched (hil/gym/prefetch.py). Scratch (the RK4 work arrays,
+the loop's recording row, the feature inputs, du) is one row per call (W[0], Rows[0], FO[0],
+DU[0]), not per instance: ~1 kB less memory traffic per instance-step; the vector env keeps no
+recording row per instance on this path.
 
 Several cores: not a prange. A prange's OpenMP workers spin at the barrier (libgomp), which
-costs CPU time that grows with the machine's load (measured: the prange step's process CPU
-time per instance-step about twice the 1-thread step's at load 6 on 2 cores). The kernel is
+costs CPU time that grows with the machine's load (measured here: the prange step's process
+CPU time per instance-step 1.3-2x the 1-thread step's at load 6-8 on 2 cores). The kernel is
 nogil; HilVectorEnv calls it on contiguous blocks of rows from one Python thread per core
-(views of its arrays, its own scratch), and waits on a lock, not a spin. The reward expression is
-compiled into the kernel (hil/gym/exprgen.py). Like hil/loop/specialize.py, the kernel is
-written as a small module per (plant step, reward) into `<cache>/hil/gym_steps/`, so Numba
-caches it on disk; it is None (the env uses the numpy path) when the plant's step is not
+(views of its arrays, its own scratch), and waits on a lock, not a spin.
+
+Like hil/loop/specialize.py, the kernel is written as a small module per (plant step,
+reward) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; it is None (the env uses the numpy path) when the plant's step is not
 specialised (a factory's closure, a Python step, a read-only cache).
 
     kern = gym_kernels(model)       # GymKernels(step) or None
