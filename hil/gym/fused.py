@@ -25,8 +25,9 @@ nogil; HilVectorEnv calls it on contiguous blocks of rows from one Python thread
 (views of its arrays, its own scratch), and waits on a lock, not a spin.
 
 Like hil/loop/specialize.py, the kernel is written as a small module per (plant step,
-reward) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; it is None (the env uses the numpy path) when the plant's step is not
-specialised (a factory's closure, a Python step, a read-only cache).
+reward) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; it is None (the env uses
+the numpy path) when the plant's step is not specialised (a factory's closure, a Python
+step, a read-only cache).
 
     kern = gym_kernels(model)       # GymKernels(step) or None
     kern.step(*args)                # args: see ARGS (the names of HilVectorEnv's arrays)
