@@ -67,6 +67,9 @@ def test_fused_step_is_the_numpy_path_bit_for_bit(parallel, n_env):
     assert all(v > 0 for v in seen.values()), seen
     np.testing.assert_array_equal(fused.Ucmd, ref.Ucmd)  # the profile's command too
     assert fused.episodes.tolist() == ref.episodes.tolist()
+    assert (fused._pool is not None) is parallel  # the second block's thread
+    fused.close()
+    assert fused._pool is None
 
 
 def test_fused_step_is_the_single_env_across_autoresets():
