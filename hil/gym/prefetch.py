@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, njit, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
@@ -55,17 +55,6 @@ def prefetch_ranges(row, ranges):
             prefetch(row, o)
         if hi > lo:
             prefetch(row, hi - 1)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def prefetch_row(row):
-    """Every line of a 1-D row (one instance's row of a 2-D per-instance array): some twenty
-    such arrays are read row by row, more streams than the hardware prefetcher follows."""
-    n = row.size
-    for o in range(0, n, LINE_ITEMS):
-        prefetch(row, o)
-    if n:
-        prefetch(row, n - 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -106,3 +95,46 @@ def arena_plan(buf: np.ndarray, n_slots: int, slot_i: int, slot_t: int, slot_v: 
     if n_ch and (m & (m - 1) or head[HDR * slot_t + 1] != n_ch or head[HDR * slot_i + 2] != N_ISTATE):
         raise ValueError("arena_plan: the delay line's slots do not have the layout of hil/gaps/latency.py")
     return ranges, np.array([off_i, n_ch, off_t, m, off_v, n_sig], dtype=np.int64)
+
+
+@intrinsic
+def item_ptr(typingctx, arr, offset):
+    """Pointer to arr's item `offset` (counted from its first item, C order), typed as arr's dtype."""
+    sig = types.CPointer(arr.dtype)(arr, offset)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.gep(ary.data, [args[1]])
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_of(a, i):
+    """Row i of a C-contiguous 2-D array as a 1-D view without a reference to its owner (no
+    atomic reference counting per view: valid while `a` is, as inside one kernel call)."""
+    return carray(item_ptr(a, i * a.shape[1]), (a.shape[1],))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def block_of(a, i):
+    """Item i of a C-contiguous 3-D array as a 2-D view without a reference (see row_of)."""
+    return carray(item_ptr(a, i * a.shape[1] * a.shape[2]), (a.shape[1], a.shape[2]))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def items_of(a, i, n):
+    """a[i:i + n] of a 1-D array as a view without a reference (see row_of)."""
+    return carray(item_ptr(a, i), (n,))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_row_at(a, i):
+    """Every line of row i of a C-contiguous 2-D array (no view taken): some twenty per-instance
+    arrays are read row by row, more streams than the hardware prefetcher follows."""
+    n = a.shape[1]
+    base = i * n
+    for o in range(0, n, LINE_ITEMS):
+        prefetch(a, base + o)
+    if n:
+        prefetch(a, base + n - 1)
