@@ -7,26 +7,36 @@ every gap) per wall second, measured in this run on this machine:
 
     single_steps_per_s        HilEnv.step, one instance (what a single-env trainer gets)
     vector_steps_per_s        {"1": .., "64": .., "1024": ..}: HilVectorEnv.step, N instances
-                              in one prange call (steps/s counts all N)
+                              (steps/s counts all N)
     python_loop_steps_per_s   N separate HilEnv instances stepped one by one in a Python loop
                               (the reference: what a vector env made of single envs costs,
                               e.g. gymnasium's SyncVectorEnv; N = 64)
     kernel_steps_per_s        the batch kernel alone at N = 1024 (no reward, features, info)
     cpu_us_per_instance_step  THE load-independent figure and the goal's: CPU time per
                               instance-step, {name: median, min, max over repeats}:
-                              "vector_1024" (HilVectorEnv.step, N = 1024, the whole step: kernel,
-                              reward, features, info; every thread of this process, idle workers'
-                              spinning included), "kernel_serial_1024" (the batch kernel alone,
-                              thread CPU time), "python_loop" (N single envs stepped in a Python
-                              loop, the SyncVectorEnv-style reference, thread CPU time).
-                              Warm-up call first, >= 3 repeats of blocks (benchmarks/fair.py)
+                              "vector_1024" (HilVectorEnv.step, N = 1024, as made by default: the
+                              whole step compiled, hil/gym/fused.py: kernel, features, reward,
+                              stops, info; one block of rows per core from Python threads; every
+                              thread of this process), "vector_1024_serial" (the same fused
+                              step on the calling thread), "vector_1024_numpy" (the step before
+                              hil/gym/fused.py, kept as fused=False: the loop's batch kernel plus
+                              numpy over the rows, on the calling thread), "kernel_serial_1024"
+                              (the loop's batch kernel alone), "python_loop" (N single envs
+                              stepped in a Python loop, the SyncVectorEnv-style reference).
+                              Process CPU time (every thread), every side interleaved, order
+                              rotated; warm-up call first, >= 3 repeats of blocks (benchmarks/fair.py)
     ratio_python_loop_over_vector  python_loop / vector_1024 CPU time per instance-step
+    ratio_numpy_over_fused    vector_1024_numpy / vector_1024_serial (the fused step's gain, both
+                              on one thread)
+    answers_agree             the fused and the numpy step gave identical observations, rewards
+                              and stops over 20 steps of 1024 instances (checked before timing;
+                              no figure is reported otherwise)
     goal_us_per_instance_step 2.0 (= 1e6 instance-steps/s on 2 free cores)
     goal_met                  cpu_us_per_instance_step["vector_1024"] median <= the goal
 
 Wall-clock rates (steps per wall second; best of `--repeats`, they depend on the machine's
-load, so no goal is computed from them; the vector env's parallel region needs both cores at
-once and suffers most from other processes): single_steps_per_s, vector_steps_per_s
+load, so no goal is computed from them; the vector env's blocks need both cores at once and
+suffer most from other processes): single_steps_per_s, vector_steps_per_s
 {"1","64","1024"}, python_loop_steps_per_s, kernel_steps_per_s.
 
 Human-readable lines go to stderr; the last line of stdout is one JSON object.
@@ -130,21 +140,43 @@ def main(argv=None) -> int:
     kernel = best_rate(lambda: batch_step(*args_k), 1024, max(3, (20_000 if q else 60_000) // 1024), rep)
     log(f"batch kernel alone N = 1024: {kernel:,.0f} steps/s (wall)")
 
+    # the fused step on one thread and the numpy path it replaced, checked to agree first
+    n_big = 1024
+    v_serial = hil.gym.make_vec(CONFIG, n_big, episode_s=episode, parallel=False)
+    v_numpy = hil.gym.make_vec(CONFIG, n_big, episode_s=episode, parallel=False, fused=False)
+    if not (v.fused and v_serial.fused) or v_numpy.fused:
+        raise AssertionError("the vector env is not fused (or the reference is): nothing to compare")
+    a_big = _action(v.action_names, n_big)
+    o1, _ = v_serial.reset(seed=0)
+    o2, _ = v_numpy.reset(seed=0)
+    agree = bool(np.array_equal(o1, o2))
+    for _ in range(20):
+        r1, r2 = v_serial.step(a_big), v_numpy.step(a_big)
+        agree &= all(np.array_equal(x, y) for x, y in zip(r1[:4], r2[:4]))
+    if not agree:
+        raise AssertionError("fused and numpy steps disagree: no timing is reported for different answers")
+
     # the load-independent figure: CPU time (all threads) per instance-step, warm-up, interleaved repeats
-    # The vector env alone, process CPU time: its worker threads may spin after a parallel region
-    # (charged to whatever runs next), so it runs in consecutive blocks where that tail lands in
-    # its own next block; the single-threaded sides interleaved with each other, thread CPU time.
+    # Every side interleaved, process CPU time (every thread): the vector env's second core is a
+    # Python thread that blocks between steps (no OpenMP region here, so no worker spins after
+    # one and charges the next block), and the other sides run on this thread alone.
+    if any(not e.fused and e._kernel is batch_step for e in (v, v_serial, v_numpy)):
+        raise AssertionError("a timed env steps through a prange: its spin-waiting would be charged to other sides")
     blocks = 3 if q else 20
-    cpu = fair.interleaved({"vector_1024": lambda: v.step(a)}, {"vector_1024": 1024}, blocks, rep, clock=fair.PROCESS)
-    cpu.update(fair.interleaved({"kernel_serial_1024": lambda: batch_step_serial(*args_k), "python_loop": loop_step},
-                                {"kernel_serial_1024": 1024, "python_loop": n_loop}, blocks, rep, clock=fair.THREAD))
+    sides = {"vector_1024": lambda: v.step(a), "vector_1024_serial": lambda: v_serial.step(a_big),
+             "vector_1024_numpy": lambda: v_numpy.step(a_big), "kernel_serial_1024": lambda: batch_step_serial(*args_k),
+             "python_loop": loop_step}
+    cpu = fair.interleaved(sides, {"vector_1024": 1024, "vector_1024_serial": n_big, "vector_1024_numpy": n_big,
+                                   "kernel_serial_1024": 1024, "python_loop": n_loop}, blocks, rep, clock=fair.PROCESS)
     us = cpu["vector_1024"]["median"]
     goal_met = us <= GOAL_US_PER_INSTANCE_STEP
     ratio_loop = fair.ratio(cpu["python_loop"], cpu["vector_1024"])
+    ratio_fused = fair.ratio(cpu["vector_1024_numpy"], cpu["vector_1024_serial"])
     for k, r in cpu.items():
         log(f"CPU per instance-step, {k}: {r['median']:.3f} us (min {r['min']:.3f}, max {r['max']:.3f} over {rep} repeats)")
     log(f"goal <= {GOAL_US_PER_INSTANCE_STEP} us per instance-step on the vector env: "
-        f"{'met' if goal_met else 'NOT met'} ({us:.3f} us); Python loop / vector = {ratio_loop:.1f}")
+        f"{'met' if goal_met else 'NOT met'} ({us:.3f} us); Python loop / vector = {ratio_loop:.1f}; "
+        f"numpy path / fused (1 thread) = {ratio_fused:.2f}")
     result = {
         "load_average_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "scenario": str(CONFIG.relative_to(ROOT)),
@@ -153,9 +185,9 @@ def main(argv=None) -> int:
         "quick": q,
         "cpu_us_per_instance_step": cpu,
         "ratio_python_loop_over_vector": ratio_loop,
-        "timing": {"clock": {"vector_1024": "process CPU time (all threads), consecutive blocks",
-                             "kernel_serial_1024": "thread CPU time, interleaved with python_loop, rotated",
-                             "python_loop": "thread CPU time, interleaved with kernel_serial_1024, rotated"},
+        "ratio_numpy_over_fused": ratio_fused,
+        "answers_agree": agree,
+        "timing": {"clock": "process CPU time (every thread), all sides interleaved, order rotated",
                    "blocks": blocks, "repeats": rep, "warmup_call": True},
         "goal_us_per_instance_step": GOAL_US_PER_INSTANCE_STEP,
         "goals_met": {"cpu_us_per_instance_step": goal_met},
@@ -169,6 +201,9 @@ def main(argv=None) -> int:
             {"figure": "CPU per instance-step, vector env N = 1024 (all threads)", "hil": us,
              "peer": cpu["python_loop"]["median"], "peer_name": f"{n_loop} single envs in a Python loop",
              "ratio": ratio_loop, "unit": "us", "goal": GOAL_US_PER_INSTANCE_STEP, "met": goal_met},
+            {"figure": "CPU per instance-step, vector env N = 1024, 1 thread (fused)",
+             "hil": cpu["vector_1024_serial"]["median"], "peer": cpu["vector_1024_numpy"]["median"],
+             "peer_name": "the same env, numpy path (fused=False)", "ratio": ratio_fused, "unit": "us"},
             {"figure": "CPU per instance-step, batch kernel alone (1 thread)", "hil": cpu["kernel_serial_1024"]["median"],
              "unit": "us"},
         ],

@@ -5,8 +5,10 @@ How the comparison is made fair (benchmarks/README.md):
   (q, dq, tau) states; the answers are checked to agree (max |ddq difference| < 1e-9 rad/s^2 on
   1000 states, and again on the arrays written while timing) before any figure is printed.
 - Same call path: from Python, one call per state, both cycling over the same 64 states with the
-  same slicing (`hil` through `Chain.aba`, Pinocchio through `pin.aba`, its documented Python
-  API). Batched: N states in one call (hil's `aba_batch`) against Pinocchio in a Python loop and
+  same slicing (`hil` through `dynamics.aba_buf(chain.buf, q, dq, tau, ddq)`, Pinocchio through
+  `pin.aba(model, data, q, dq, tau)`, its documented Python API; `hil_chain_method` is the
+  same kernel through the `Chain.aba` method, one Python frame more). hil writes ddq into the
+  caller's array (out argument), Pinocchio returns its own (its Python API has no out=). Batched: N states in one call (hil's `aba_batch`) against Pinocchio in a Python loop and
   against Pinocchio's own batched C++ call `pin.abaInParallel` on 1 thread.
 - In-kernel: hil's ABA in a Numba loop is compared with Pinocchio's C++ figure. That figure is a
   documented constant, NOT measured here (`PINOCCHIO_CPP_ABA_US`, see its comment); the
@@ -17,7 +19,8 @@ How the comparison is made fair (benchmarks/README.md):
 
 Human-readable lines go to stderr; the last line of stdout is one JSON object:
 
-    python_call_us       {hil, pin}: us per ABA called from Python, summaries over repeats
+    python_call_us       {hil, pin, hil_chain_method}: us per ABA called from Python, summaries
+                         over repeats (hil: aba_buf; hil_chain_method: Chain.aba, informational)
     batch_us_per_state   {hil_aba_batch, pin_python_loop, pin_aba_in_parallel_1thread,
                           hil_numba_loop}: us per state over N states in one call
     ratios               peer / hil for each comparison
@@ -274,10 +277,15 @@ def compare_aba(chain, blocks: int, repeats: int, n_batch: int, calls: int = 256
     tree = chain.tree
     Q, dQ, TAU = random_states(tree, 1000, seed=0)
     ddq = np.zeros(chain.nb)
+    ddq_buf = np.zeros(chain.nb)
+    aba_buf, buf = dyn.aba_buf, chain.buf  # the call from Python: aba_buf(buf, q, dq, tau, ddq)
     d_one = 0.0
     for k in range(1000):
-        d_one = max(d_one, float(np.abs(pin.aba(pmodel, pdata, Q[k], dQ[k], TAU[k]) - chain.aba(Q[k], dQ[k], TAU[k], ddq)).max()))
-    _check("one call per state, 1000 states", d_one)
+        ref = pin.aba(pmodel, pdata, Q[k], dQ[k], TAU[k])
+        aba_buf(buf, Q[k], dQ[k], TAU[k], ddq_buf)
+        d_one = max(d_one, float(np.abs(ref - chain.aba(Q[k], dQ[k], TAU[k], ddq)).max()),
+                    float(np.abs(ref - ddq_buf).max()))
+    _check("one call per state, 1000 states (Chain.aba and aba_buf)", d_one)
 
     # --- called from Python, one state per call, the same 64 states, the same slicing
     Qs, dQs, TAUs = Q[:64].copy(), dQ[:64].copy(), TAU[:64].copy()
@@ -287,6 +295,11 @@ def compare_aba(chain, blocks: int, repeats: int, n_batch: int, calls: int = 256
     def hil_python():
         for k in range(calls):
             j = k & 63
+            aba_buf(buf, Qs[j], dQs[j], TAUs[j], ddq)
+
+    def hil_chain_method():
+        for k in range(calls):
+            j = k & 63
             aba(Qs[j], dQs[j], TAUs[j], ddq)
 
     def pin_python():
@@ -294,7 +307,10 @@ def compare_aba(chain, blocks: int, repeats: int, n_batch: int, calls: int = 256
             j = k & 63
             pin_aba(pmodel, pdata, Qs[j], dQs[j], TAUs[j])
 
-    py = fair.interleaved({"hil": hil_python, "pin": pin_python}, {"hil": calls, "pin": calls}, blocks, repeats)
+    py = fair.interleaved({"hil": hil_python, "pin": pin_python, "hil_chain_method": hil_chain_method},
+                          {"hil": calls, "pin": calls, "hil_chain_method": calls}, blocks, repeats)
+    last = pin_aba(pmodel, pdata, Qs[(calls - 1) & 63], dQs[(calls - 1) & 63], TAUs[(calls - 1) & 63])
+    _check("one call per state, the last state written while timing", float(np.abs(ddq - last).max()))
 
     # --- N states in one call
     Qb, dQb, TAUb = random_states(tree, n_batch, seed=1)
@@ -356,14 +372,16 @@ def main() -> None:
     py, bt = r["python_call_us"], r["batch_us_per_state"]
     ratios = {
         "python_call_pin_over_hil": fair.ratio(py["pin"], py["hil"]),
+        "python_call_pin_over_hil_chain_method": fair.ratio(py["pin"], py["hil_chain_method"]),
         "batch_pin_python_loop_over_hil_batch": fair.ratio(bt["pin_python_loop"], bt["hil_aba_batch"]),
         "batch_pin_parallel_1thread_over_hil_batch": fair.ratio(bt["pin_aba_in_parallel_1thread"], bt["hil_aba_batch"]),
         "pin_parallel_1thread_over_hil_numba_loop": fair.ratio(bt["pin_aba_in_parallel_1thread"], bt["hil_numba_loop"]),
     }
     kernel_us = bt["hil_numba_loop"]["median"]
     log(f"answers agree: max |ddq hil - pin| {r['max_abs_diff_qdd']}")
-    log(f"from Python, per call: hil {py['hil']['median']:.3f} us, pin.aba {py['pin']['median']:.3f} us "
-        f"-> pin/hil {ratios['python_call_pin_over_hil']:.2f}")
+    log(f"from Python, per call: hil aba_buf {py['hil']['median']:.3f} us, pin.aba {py['pin']['median']:.3f} us "
+        f"-> pin/hil {ratios['python_call_pin_over_hil']:.2f}; through Chain.aba {py['hil_chain_method']['median']:.3f} us "
+        f"-> pin/hil {ratios['python_call_pin_over_hil_chain_method']:.2f}")
     for k, v in bt.items():
         log(f"batch of {args.batch}, per state: {k} {v['median']:.3f} us (min {v['min']:.3f}, max {v['max']:.3f} over repeats)")
     log(f"in-kernel hil {kernel_us:.3f} us vs Pinocchio C++ {PINOCCHIO_CPP_ABA_US} us (documented constant, "

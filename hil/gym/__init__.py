@@ -66,13 +66,16 @@ def make(path, *, safety: bool = False, overrides: dict | None = None, **kwargs)
     return env
 
 
-def make_vec(path, num_envs: int, *, parallel: bool | None = None, overrides: dict | None = None, **kwargs):
+def make_vec(path, num_envs: int, *, parallel: bool | None = None, fused: bool | None = None,
+             overrides: dict | None = None, **kwargs):
     """A gymnasium.vector.VectorEnv (hil.gym.vector.HilVectorEnv) of `num_envs` instances;
-    parallel: spread them over the cores (default: from 16 instances on). Overrides as make()."""
+    parallel: spread them over the cores (default: from 16 instances on); fused: the whole
+    step in one compiled call (default where the plant allows; False: the numpy reference
+    path). Overrides as make()."""
     from hil.gym.vector import HilVectorEnv
 
     return HilVectorEnv(load(path, {**kwargs, **(overrides or {})}), num_envs, scenario_path=str(path),
-                        parallel=parallel)
+                        parallel=parallel, fused=fused)
 
 
 ENV_ID = "hil/Scenario-v0"

@@ -1,10 +1,15 @@
-"""`HilVectorEnv`: N randomized instances of a scenario stepped in one Numba `prange` call.
+"""`HilVectorEnv`: N randomized instances of a scenario stepped in one compiled call per core.
 
 Every instance runs exactly the single env's step (hil/gym/env.py, itself the lockstep
 loop's): the loop's compiled step (hil/loop/step.py `row_step`: clip, actuation gaps, plant,
-residual correction, sensor gaps, recording row) over every instance in `batch_step` (no GIL,
-all cores; "step"-form plants: the same row kernel per instance); features, reward and stops are numpy
-over the N rows. Instance i with seed s_i and episode e is bit for bit the single env's
+residual correction, sensor gaps, recording row). For "ode" plants whose step is specialised
+(hil/loop/specialize.py) the whole env step is one compiled call over every instance
+(hil/gym/fused.py: profiles, action, row_step, features, stops, the reward compiled from its
+expression; without the GIL, one block of rows per core from Python threads, the next
+instances' gap arenas prefetched); otherwise, or with
+`fused=False`, the loop's `batch_step` (a prange; "step"-form plants: the row kernel per instance) with
+features, reward and stops in numpy over the N rows (the reference the fused step is tested
+against, bit for bit). Instance i with seed s_i and episode e is bit for bit the single env's
 episode e of seed s_i.
 
 Seeding: `reset(seed=s)` gives instance i the seed s + i (episode 0); a list gives each its
@@ -20,11 +25,19 @@ info (arrays over the instances): `x` true states, `y` true outputs, `u_applied`
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from numba.core.typing.typeof import Purpose, typeof
+
+from hil.gaps.pipeline import A_AS, A_I, A_T, A_V, S_I, S_PROF, S_T, S_V
+from hil.gym.fused import MODES, PREFETCH_DISTANCE, gym_kernels
+from hil.gym.prefetch import arena_plan
 from hil.loop.step import LoopStep, fused_kernels, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
@@ -45,8 +58,10 @@ class HilVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, scenario, num_envs: int, *, scenario_path: str | None = None,
-                 parallel: bool | None = None):
-        """parallel: step the instances on every core (default: from PARALLEL_MIN instances on)."""
+                 parallel: bool | None = None, fused: bool | None = None):
+        """parallel: step the instances on every core (default: from PARALLEL_MIN instances on).
+        fused: the whole step in one compiled call (hil/gym/fused.py; default wherever the
+        plant's step is specialised); False: numpy around the loop's batch kernel (the reference)."""
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, not {num_envs}")
         self.model = m = ScenarioModel(scenario)
@@ -116,6 +131,80 @@ class HilVectorEnv(VectorEnv):
         self._ym0 = np.zeros(m.n_y)
         self._x0 = m.x0.copy()
         self._u0 = m.u0.copy()
+        gk = gym_kernels(m) if self.batched and fused is not False else None
+        self.fused = gk is not None
+        self._fused_kernel = gk.step if gk else None
+        self._fused_calls: list | None = None  # per block of rows: (entry point, its arguments)
+        self._pool = None
+        if gk is not None:
+            self._fused_setup()
+
+    def _fused_setup(self) -> None:
+        """Arrays of the fused step (hil/gym/fused.py ARGS), allocated once."""
+        m, N = self.model, self.num_envs
+        self.A = np.zeros((N, len(self.action_names)))
+        # scratch of the fused step, one per thread (numba.get_thread_id): RK4 work, recording
+        # row (written by row_step, not kept per instance: self.Rows is the numpy path's),
+        # feature inputs, du
+        # blocks of rows stepped concurrently (one per core, each >= PARALLEL_MIN rows)
+        n_blocks = max(1, min(numba.config.NUMBA_NUM_THREADS, N // PARALLEL_MIN)) if self.parallel else 1
+        self._blocks = [(N * b // n_blocks, N * (b + 1) // n_blocks) for b in range(n_blocks)]
+        self._scratch = [(np.zeros((1, 5, m.n_x)), np.zeros((1, self.Rows.shape[1])), np.zeros((1, m.n_y + m.n_u)),
+                          np.zeros((1, m.n_u))) for _ in self._blocks]
+        self.terminated, self.truncated = np.zeros(N, bool), np.zeros(N, bool)
+        self.diverged, self.out_b, self.limit_b = np.zeros(N, bool), np.zeros(N, bool), np.zeros(N, bool)
+        self.clipped = np.zeros(N, dtype=np.int64)
+        profs = m.profiles
+        self._prof = (np.array([p.index for p in profs], dtype=np.int64),
+                      np.cumsum([0] + [p.times.size for p in profs]).astype(np.int64),
+                      np.concatenate([p.times for p in profs] + [np.zeros(0)]),
+                      np.concatenate([p.values for p in profs] + [np.zeros(0)]))
+        self._lim = (np.array([b == "y" for b, _, _, _ in m.limits], dtype=np.bool_),
+                     np.array([i for _, i, _, _ in m.limits], dtype=np.int64),
+                     np.array([lo for _, _, lo, _ in m.limits], dtype=np.float64),
+                     np.array([hi for _, _, _, hi in m.limits], dtype=np.float64))
+        g = self.template
+        self._pf = (*arena_plan(g._act_buf, A_AS + 1, A_I, A_T, A_V), *arena_plan(g._sense_buf, S_PROF + 1, S_I, S_T, S_V))
+
+    def _fused_args(self, block: int) -> tuple:
+        """hil/gym/fused.py ARGS for one block of rows: views of the per-instance arrays, the
+        block's own scratch, the shared tables."""
+        m, c, f = self.model, self.corr, self.features
+        pf = self._pf
+        lo, hi = self._blocks[block]
+        w, rows, fo, du = self._scratch[block]
+
+        def r(a):
+            return a[lo:hi]
+
+        return (r(self.run), r(self.autoreset), r(self.K), r(self.Tp), r(self.X), r(self.Z), r(self.D), r(self.P),
+                r(self.Ucmd), r(self.Uclip), r(self.Uapp), r(self.Uprev), r(self.Y), r(self.Ymeas), w, (),
+                r(self.Aact), r(self.Asen), r(self.counts), r(self.status),
+                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr), rows,
+                m.step_s, m.dt_plant, m.substeps,
+                r(self.A), m.action_index.astype(np.int64), *self._prof,
+                f.index.astype(np.int64), f.dpos.astype(np.int64), fo, r(f.good), r(f.bad), r(f.prev), r(f.first),
+                r(self.obs), MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
+                du, r(self.reward), r(self.terminated), r(self.truncated), r(self.diverged), r(self.out_b),
+                r(self.limit_b), r(self.clipped), *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward),
+                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE)
+
+    def _bind_fused(self) -> list:
+        """(compiled entry point, arguments) per block: the kernel called without Numba's
+        per-call typing of ~70 arguments (the arrays are this env's, fixed for its life)."""
+        calls = []
+        for b in range(len(self._blocks)):
+            args = self._fused_args(b)
+            sig = tuple(typeof(x, Purpose.argument) for x in args)
+            if sig not in self._fused_kernel.overloads:
+                self._fused_kernel.compile(sig)
+            calls.append((self._fused_kernel.overloads[sig].entry_point, args))
+        return calls
+
+    def close_extras(self, **kwargs) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # ---- episodes ----
     def _reset_rows(self, rows: np.ndarray) -> None:
@@ -183,6 +272,8 @@ class HilVectorEnv(VectorEnv):
         a = np.asarray(actions, dtype=np.float64)
         if a.shape != (self.num_envs, len(self.action_names)):
             raise ValueError(f"actions: expected shape {(self.num_envs, len(self.action_names))}, got {a.shape}")
+        if self.fused:
+            return self._step_fused(a)
         resetting = np.flatnonzero(self.autoreset)
         if resetting.size:
             self._reset_rows(resetting)
@@ -217,3 +308,28 @@ class HilVectorEnv(VectorEnv):
                 "episode_index": self.episodes.copy(), "seed": self.seeds.copy(), "t_s": t_end,
                 "bad_outputs": self.features.bad.copy()}
         return self.obs.copy(), reward, terminated, truncated, info
+
+    def _step_fused(self, a: np.ndarray):
+        """The step in one compiled call (hil/gym/fused.py): the same results as the numpy path."""
+        resetting = np.flatnonzero(self.autoreset)
+        if resetting.size:
+            self._reset_rows(resetting)
+        np.copyto(self.A, a)
+        calls = self._fused_calls
+        if calls is None:  # first step: compile or load from Numba's cache, bind the blocks
+            calls = self._fused_calls = self._bind_fused()
+        if len(calls) == 1:
+            calls[0][0](*calls[0][1])
+        else:  # one block per core: the kernel releases the GIL; this thread takes the first
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(len(calls) - 1, thread_name_prefix="hil-gym")
+            futures = [self._pool.submit(fn, *args) for fn, args in calls[1:]]
+            calls[0][0](*calls[0][1])
+            for fut in futures:
+                fut.result()
+        t_end = self.K * self.model.step_s
+        info = {"x": self.X.copy(), "y": self.Y.copy(), "u_applied": self.Uapp.copy(), "clipped": self.clipped.copy(),
+                "diverged": self.diverged.copy(), "state_out_of_bounds": self.out_b.copy(),
+                "limit": self.limit_b.copy(), "episode_index": self.episodes.copy(), "seed": self.seeds.copy(),
+                "t_s": t_end, "bad_outputs": self.features.bad.copy()}
+        return self.obs.copy(), self.reward.copy(), self.terminated.copy(), self.truncated.copy(), info

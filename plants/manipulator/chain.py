@@ -14,7 +14,7 @@ import numpy as np
 from plants.manipulator import dynamics as dyn
 from plants.manipulator.urdf import KinematicTree, read_urdf
 
-_aba_packed = dyn.aba_packed
+_aba_buf = dyn.aba_buf
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PANDA_URDF = REPO_ROOT / "configs" / "robots" / "panda.urdf"
 #: The Panda's finger joints, locked (closed, 0 m) for the arm's rigid-body model; the
@@ -36,14 +36,15 @@ class Chain:
         self.tree = tree
         nb = tree.nb
         self.nb = nb
-        # packed buffers for `aba` from Python (dyn.aba_packed); the named arrays are views
-        # into them, so writing into chain.f_ext, chain.armature, ... is seen by both paths
-        self.model_i = np.empty(2 * nb, dtype=np.int64)
+        # one buffer for `aba` from Python (dyn.aba_buf: [model_i | model_f | work]); model_i,
+        # model_f and ws.buf (dyn.aba_packed's) and the named arrays are views into it, so
+        # writing into chain.f_ext, chain.armature, ... is seen by every path
+        self.buf = np.zeros(dyn.buffer_size(nb))
+        self.model_i, self.model_f, work = dyn.carve_buffer(self.buf, nb)
         self.model_i[:nb] = tree.parent
         self.model_i[nb:] = tree.joint_type
         self.parent = self.model_i[:nb]
         self.jtype = self.model_i[nb:]
-        self.model_f = np.zeros(dyn.packed_size(nb, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL))
         m = dyn.carve(self.model_f, nb, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL)
         self.E_tree, self.r_tree, self.inertia = m["E_tree"], m["r_tree"], m["inertia"]
         self.armature, self.f_ext, self.gravity = m["armature"], m["f_ext"], m["gravity"]
@@ -52,15 +53,15 @@ class Chain:
         self.inertia[:] = tree.inertia
         self.armature[:] = 0.0 if armature is None else np.asarray(armature, float)
         self.gravity[:] = dyn.GRAVITY if gravity is None else np.asarray(gravity, float)
-        self.ws = dyn.Workspace(nb)
+        self.ws = dyn.Workspace(nb, work)
         self.T = self.ws.T
         self.tmp = self.ws.tmp
         self.fb = np.zeros((nb, 6))
 
     def aba(self, q, dq, tau, ddq, f_ext=None):
         """ddq = FD(q, dq, tau, f_ext) (rad/s^2 | m/s^2); f_ext None: this chain's `f_ext`."""
-        if f_ext is None:  # the packed call: 7 arguments, the same kernel
-            _aba_packed(self.model_i, self.model_f, self.ws.buf, q, dq, tau, ddq)
+        if f_ext is None:  # the one-buffer call: 5 arguments, the same kernel
+            _aba_buf(self.buf, q, dq, tau, ddq)
             return ddq
         w = self.ws
         dyn.aba(self.parent, self.jtype, self.E_tree, self.r_tree, self.inertia, self.armature,

@@ -34,7 +34,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import carray, njit, types
+from numba.core.extending import intrinsic
 
 GRAVITY = np.array([0.0, 0.0, -9.81])  # m/s^2, world frame (Pinocchio's default)
 
@@ -431,6 +432,106 @@ def aba_packed(model_i, model_f, work, q, dq, tau, ddq):
     T = work[o:o + 54].reshape((6, 3, 3))
     o += 54
     tmp = work[o:o + 6]
+    aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f_ext, ddq,
+        E, r, v, c, pA, IA, U, D, u, acc, T, tmp)
+
+
+#: One float64 buffer for `aba_buf`, the cheapest call from Python (5 arguments, no slicing):
+#: [parent, jtype (int64 bits, nb each)] [MODEL_LAYOUT, MODEL_TAIL] [WORK_LAYOUT, WORK_TAIL].
+def buffer_size(nb: int) -> int:
+    """Length (float64 elements) of an `aba_buf` buffer for nb bodies."""
+    return 2 * nb + packed_size(nb, MODEL_LAYOUT, MODEL_TAIL) + packed_size(nb, WORK_LAYOUT, WORK_TAIL)
+
+
+# aba_buf checks the buffer's length in closed form: keep it in step with the layouts
+assert all(buffer_size(nb) == 137 * nb + 63 for nb in (1, 7)), "aba_buf's length check is out of date"
+
+
+def carve_buffer(buf: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(model_i int64 (2 nb), model_f, work): views into an `aba_buf` buffer, the arrays
+    `aba_packed` takes (so both entries read the same memory)."""
+    if buf.dtype != np.float64 or buf.ndim != 1 or buf.size != buffer_size(nb) or not buf.flags.c_contiguous:
+        raise ValueError(f"aba buffer: a C-contiguous float64 array of buffer_size({nb}) = {buffer_size(nb)} "
+                         f"values, not {buf.dtype} of shape {buf.shape}")
+    n_model = packed_size(nb, MODEL_LAYOUT, MODEL_TAIL)
+    return buf[:2 * nb].view(np.int64), buf[2 * nb:2 * nb + n_model], buf[2 * nb + n_model:]
+
+
+@intrinsic
+def _ptr_f64(typingctx, arr, offset):
+    """arr's data pointer + offset items, as float64* (a bitcast; arr is float64)."""
+    sig = types.CPointer(types.float64)(arr, offset)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.gep(ary.data, [args[1]])
+
+    return sig, codegen
+
+
+@intrinsic
+def _ptr_i64(typingctx, arr, offset):
+    """arr's data pointer + offset items, as int64* (the int64 bits of a float64 buffer)."""
+    sig = types.CPointer(types.int64)(arr, offset)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        p = builder.gep(ary.data, [args[1]])
+        return builder.bitcast(p, context.get_value_type(types.CPointer(types.int64)))
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def aba_buf(buf, q, dq, tau, ddq):
+    """`aba` on one buffer (`buffer_size(nb)`, layout above; `Chain.buf`): the same kernel,
+    5 arguments, views taken as raw pointers (no slicing, no reference counting). Units as
+    `aba`; q, dq, tau, ddq hold nb values each (nb = q.size), else ValueError.
+
+    The call from Python that is cheapest for Numba to dispatch (pin.aba(model, data, q, v, tau)
+    is Pinocchio's): `aba_buf(chain.buf, q, dq, tau, ddq)`; ddq is written, nothing allocated.
+    """
+    nb = q.size
+    if dq.size != nb or tau.size != nb or ddq.size != nb or buf.size != 137 * nb + 63:
+        raise ValueError("aba_buf: q, dq, tau and ddq need nb values each and buf buffer_size(nb) = 137 nb + 63")
+    parent = carray(_ptr_i64(buf, 0), (nb,))
+    jtype = carray(_ptr_i64(buf, nb), (nb,))
+    o = 2 * nb
+    E_tree = carray(_ptr_f64(buf, o), (nb, 3, 3))
+    o += 9 * nb
+    r_tree = carray(_ptr_f64(buf, o), (nb, 3))
+    o += 3 * nb
+    inertia = carray(_ptr_f64(buf, o), (nb, 6, 6))
+    o += 36 * nb
+    armature = carray(_ptr_f64(buf, o), (nb,))
+    o += nb
+    f_ext = carray(_ptr_f64(buf, o), (nb, 6))
+    o += 6 * nb
+    gravity = carray(_ptr_f64(buf, o), (3,))
+    o += 3
+    E = carray(_ptr_f64(buf, o), (nb, 3, 3))
+    o += 9 * nb
+    r = carray(_ptr_f64(buf, o), (nb, 3))
+    o += 3 * nb
+    v = carray(_ptr_f64(buf, o), (nb, 6))
+    o += 6 * nb
+    c = carray(_ptr_f64(buf, o), (nb, 6))
+    o += 6 * nb
+    pA = carray(_ptr_f64(buf, o), (nb, 6))
+    o += 6 * nb
+    IA = carray(_ptr_f64(buf, o), (nb, 6, 6))
+    o += 36 * nb
+    U = carray(_ptr_f64(buf, o), (nb, 6))
+    o += 6 * nb
+    D = carray(_ptr_f64(buf, o), (nb,))
+    o += nb
+    u = carray(_ptr_f64(buf, o), (nb,))
+    o += nb
+    acc = carray(_ptr_f64(buf, o), (nb, 6))
+    o += 6 * nb
+    T = carray(_ptr_f64(buf, o), (6, 3, 3))
+    o += 54
+    tmp = carray(_ptr_f64(buf, o), (6,))
     aba(parent, jtype, E_tree, r_tree, inertia, armature, gravity, q, dq, tau, f_ext, ddq,
         E, r, v, c, pA, IA, U, D, u, acc, T, tmp)
 

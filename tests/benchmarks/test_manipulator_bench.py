@@ -15,7 +15,7 @@ def test_quick_run_agrees_with_pinocchio_and_evaluates_every_goal():
     diffs = res["max_abs_diff_qdd"]
     assert set(diffs) == {"vs_pin_python", "batch_vs_pin", "batch_vs_pin_parallel"}
     assert all(0 <= d < bench.AGREE for d in diffs.values())
-    assert set(res["python_call_us"]) == {"hil", "pin"}
+    assert set(res["python_call_us"]) == {"hil", "pin", "hil_chain_method"}
     assert set(res["batch_us_per_state"]) == {"hil_aba_batch", "pin_python_loop", "pin_aba_in_parallel_1thread",
                                               "hil_numba_loop"}
     for side in [*res["python_call_us"].values(), *res["batch_us_per_state"].values()]:

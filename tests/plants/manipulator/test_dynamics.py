@@ -92,6 +92,30 @@ def test_packed_call_is_the_same_kernel_on_the_same_arrays():
     assert ch.model_f.size == dyn.packed_size(7, dyn.MODEL_LAYOUT, dyn.MODEL_TAIL)
 
 
+def test_one_buffer_call_is_the_same_kernel_bit_for_bit_and_checks_sizes():
+    """dyn.aba_buf (5 arguments, pointer views) = aba_packed = aba on the same model, bit for bit."""
+    from plants.manipulator import dynamics as dyn
+
+    ch = Chain(load_panda(), armature=np.linspace(0.1, 0.7, 7), gravity=np.array([0.3, -0.2, -9.7]))
+    ch.f_ext[6] = [0.1, -0.2, 0.3, 4.0, -5.0, 6.0]
+    q, dq, tau = random_states(ch.tree, 20, seed=6)
+    assert ch.buf.size == dyn.buffer_size(7)
+    assert np.shares_memory(ch.model_i, ch.buf) and np.shares_memory(ch.f_ext, ch.buf)
+    assert np.shares_memory(ch.ws.IA, ch.buf)
+    for k in range(20):
+        one, packed = np.zeros(7), np.zeros(7)
+        dyn.aba_buf(ch.buf, q[k], dq[k], tau[k], one)
+        dyn.aba_packed(ch.model_i, ch.model_f, ch.ws.buf, q[k], dq[k], tau[k], packed)
+        np.testing.assert_array_equal(one, packed)
+        np.testing.assert_array_equal(one, ch.aba(q[k], dq[k], tau[k], np.zeros(7), f_ext=ch.f_ext.copy()))
+    with pytest.raises(ValueError, match="nb values"):
+        dyn.aba_buf(ch.buf, q[0], dq[0], tau[0], np.zeros(6))  # ddq one short
+    with pytest.raises(ValueError, match="buffer_size"):
+        dyn.aba_buf(ch.buf[:-1], q[0], dq[0], tau[0], np.zeros(7))
+    with pytest.raises(ValueError, match="buffer_size"):
+        dyn.carve_buffer(np.zeros(10), 7)
+
+
 def test_a_non_finite_input_still_reaches_ddq(chain):
     """aba is compiled with fast-math flags that assume nothing about NaN/inf (ABA_FASTMATH)."""
     from plants.manipulator import dynamics as dyn
