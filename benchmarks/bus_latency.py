@@ -469,7 +469,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=3000, help="timed round trips per path")
     ap.add_argument("--policy", choices=("demo", "constant"), default="demo")
     ap.add_argument("--spin-us", type=float, default=None,
-                    help="[bus].spin_us for the loop's wait (default: the config's)")
+                    help="[bus].answer_spin_us for the loop's wait (default: the config's)")
     ap.add_argument("--priority", type=int, default=0,
                     help="SCHED_FIFO priority for every process of each path, as a real-time run (0: normal)")
     args = ap.parse_args(argv)
@@ -488,7 +488,7 @@ def main(argv=None) -> int:
         auth = auth_cost(200 if args.quick else 2000)
         hops = hop_cpu(tmp, args.policy, 200 if args.quick else 2000)
         status = json.loads(Path(tmp, "safety-status.json").read_text())
-        sc_spin = _scenario(args.transport, tmp, args.policy, args.spin_us).bus.spin_us
+        sc_spin = _scenario(args.transport, tmp, args.policy, args.spin_us).bus.answer_spin_us
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     raw_p, topo_p, hil_p = _pct(raw), _pct(topo), _pct(hil)
