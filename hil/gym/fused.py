@@ -14,7 +14,8 @@ hil/gym/vector.py's numpy path (which stays as the reference, `fused=False`):
 
 with the reward expression compiled into the kernel (hil/gym/exprgen.py) and the next
 instances' gap arenas and rows prefetched (hil/gym/prefetch.py). Scratch (the RK4 work arrays,
-the loop's recording row, the feature inputs, du) is one row per call (W[0], Rows[0], FO[0],
+the loop's recording row unless the env keeps rows: rows_step 1, Rows[i]; the feature inputs,
+du) is one row per call (W[0], Rows[0], FO[0],
 DU[0]), not per instance: ~1 kB less memory traffic per instance-step; the vector env keeps no
 recording row per instance on this path. Rows are handed to row_step and reward_of as views
 without a reference to their owner (prefetch.row_of): a sliced view (X[i]) costs an atomic
@@ -57,7 +58,7 @@ ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, 
         "feat_index, feat_dpos, FO, good, bad, fprev, first, obs, mode, sub_index, sub_value, "
         "DU, reward, terminated, truncated, diverged, out_b, limit_b, clipped, "
         "lim_y, lim_index, lim_lo, lim_hi, state_bounds, terminal_reward, max_steps, "
-        "pf_act, pf_act_ring, pf_sen, pf_sen_ring, pf_dist")
+        "pf_act, pf_act_ring, pf_sen, pf_sen_ring, pf_dist, rows_step")
 
 MODE_HOLD, MODE_SUBSTITUTE, MODE_NAN = 0, 1, 2
 MODES = {"hold": MODE_HOLD, "substitute": MODE_SUBSTITUTE, "nan": MODE_NAN}
@@ -90,7 +91,7 @@ _ROW = '''
                                  row_of(Ucmd, i), row_of(Uclip, i), row_of(Uapp, i), row_of(Y, i),
                                  row_of(Ymeas, i), block_of(W, 0), aux, row_of(Aact, i), row_of(Asen, i),
                                  row_of(counts, i), u_lo, u_hi, x_lo, x_hi, x_tol,
-                                 row_of(Xout, i), c_W, c_lo, c_scale, c_idx, row_of(C_incr, i), row_of(Rows, 0),
+                                 row_of(Xout, i), c_W, c_lo, c_scale, c_idx, row_of(C_incr, i), row_of(Rows, i * rows_step),
                                  step_s, dt, n_sub, 0, 0.0)
             K[i] += 1
         clipped[i] = counts[i, 0] + counts[i, 1] - c0

@@ -58,15 +58,18 @@ class HilVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, scenario, num_envs: int, *, scenario_path: str | None = None,
-                 parallel: bool | None = None, fused: bool | None = None):
+                 parallel: bool | None = None, fused: bool | None = None, record_rows: bool = False):
         """parallel: step the instances on every core (default: from PARALLEL_MIN instances on).
         fused: the whole step in one compiled call (hil/gym/fused.py; default wherever the
-        plant's step is specialised); False: numpy around the loop's batch kernel (the reference)."""
+        plant's step is specialised); False: numpy around the loop's batch kernel (the reference).
+        record_rows: the fused step also keeps each instance's recording row in `Rows` (the loop's
+        row, hil/recorder.py columns_for; the numpy path always does); off, one scratch row per block."""
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, not {num_envs}")
         self.model = m = ScenarioModel(scenario)
         self.scenario_path = scenario_path
         self.num_envs = N = int(num_envs)
+        self.record_rows = bool(record_rows)
         self.action_names, self.feature_names = m.action_names, m.feature_names
         self.metadata = {**type(self).metadata, "action_names": list(m.action_names),
                          "observation_names": list(m.feature_names),
@@ -180,14 +183,15 @@ class HilVectorEnv(VectorEnv):
         return (r(self.run), r(self.autoreset), r(self.K), r(self.Tp), r(self.X), r(self.Z), r(self.D), r(self.P),
                 r(self.Ucmd), r(self.Uclip), r(self.Uapp), r(self.Uprev), r(self.Y), r(self.Ymeas), w, (),
                 r(self.Aact), r(self.Asen), r(self.counts), r(self.status),
-                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr), rows,
+                m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr),
+                r(self.Rows) if self.record_rows else rows,
                 m.step_s, m.dt_plant, m.substeps,
                 r(self.A), m.action_index.astype(np.int64), *self._prof,
                 f.index.astype(np.int64), f.dpos.astype(np.int64), fo, r(f.good), r(f.bad), r(f.prev), r(f.first),
                 r(self.obs), MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
                 du, r(self.reward), r(self.terminated), r(self.truncated), r(self.diverged), r(self.out_b),
                 r(self.limit_b), r(self.clipped), *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward),
-                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE)
+                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE, int(self.record_rows))
 
     def _bind_fused(self) -> list:
         """(compiled entry point, arguments) per block: the kernel called without Numba's

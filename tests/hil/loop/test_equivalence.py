@@ -225,7 +225,7 @@ def run_vector(cell: Case, actions: np.ndarray) -> np.ndarray:
     """Instance 0 of a two-instance vector env (instance 1: other commands, seed + 1)."""
     from hil.gym.vector import HilVectorEnv
 
-    venv = HilVectorEnv(cell.scenario(), 2, parallel=False)
+    venv = HilVectorEnv(cell.scenario(), 2, parallel=False, record_rows=True)  # the fused step where it exists
     venv.reset(seed=SEED)
     other = actions[::-1]
     rows = np.empty((cell.n, venv.Rows.shape[1]))
