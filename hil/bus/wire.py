@@ -80,6 +80,7 @@ DROP_COUNTERS = (
     "dropped_too_old",  # answers an observation older than the consumer accepts
 )
 
+NUMPY_PACK_MIN = 64  # floats in an observation above which numpy packs and checks them (below: struct)
 _F8 = np.dtype("<f8")
 _U1 = np.dtype("u1")
 _LEN = struct.Struct("<H")
@@ -208,14 +209,25 @@ class Sender:
             self._obs_buf = bytearray(self._obs_end + TAG_BYTES)
             self._obs_mv = memoryview(self._obs_buf)
             self._q_good = bytes(ny)
-        if type(y) is not list:
-            y = y.tolist()
-        if type(u) is not list:
-            u = u.tolist()
+            # large vectors (a grid's thousands of outputs): copied by numpy into the buffer, ~10x
+            # cheaper than a list and one struct call per float
+            self._obs_f = (np.frombuffer(self._obs_buf, _F8, ny + nu, HEADER_BYTES)
+                           if ny + nu > NUMPY_PACK_MIN else None)
         self.seq += 1
         buf, end, q_at = self._obs_buf, self._obs_end, self._obs_q_at
-        self._obs_struct.pack_into(buf, 0, SCHEMA_VERSION, 1, FLAG_LOCKSTEP if lockstep else 0, ny, nu, self.sid,
-                                   self.seq, step, t_s, time.time_ns(), *y, *u)
+        flags = FLAG_LOCKSTEP if lockstep else 0
+        f = self._obs_f
+        if f is not None:
+            HEADER.pack_into(buf, 0, SCHEMA_VERSION, 1, flags, ny, nu, self.sid, self.seq, step, t_s, time.time_ns())
+            f[:ny] = y
+            f[ny:] = u
+        else:
+            if type(y) is not list:
+                y = y.tolist()
+            if type(u) is not list:
+                u = u.tolist()
+            self._obs_struct.pack_into(buf, 0, SCHEMA_VERSION, 1, flags, ny, nu, self.sid, self.seq, step, t_s,
+                                       time.time_ns(), *y, *u)
         if q is None:
             buf[q_at:end] = self._q_good
         else:
@@ -437,9 +449,14 @@ class Receiver:
             raise _Bad("dropped_malformed")
         q_at = self._q_at
         if raw[q_at:end] == self._q_good:  # the usual case: every output Good, every value finite
-            if not _finite_values(self._obs_floats.unpack_from(raw, HEADER_BYTES)):
-                raise _Bad("dropped_nonfinite")
-            f = np.frombuffer(raw, _F8, n0 + n1, HEADER_BYTES).copy()
+            if n0 + n1 > NUMPY_PACK_MIN:
+                f = np.frombuffer(raw, _F8, n0 + n1, HEADER_BYTES).copy()
+                if not np.isfinite(f).all():
+                    raise _Bad("dropped_nonfinite")
+            else:
+                if not _finite_values(self._obs_floats.unpack_from(raw, HEADER_BYTES)):
+                    raise _Bad("dropped_nonfinite")
+                f = np.frombuffer(raw, _F8, n0 + n1, HEADER_BYTES).copy()
             q = np.zeros(n0, _U1)
         else:
             q = np.frombuffer(raw, _U1, n0, q_at).copy()
