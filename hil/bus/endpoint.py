@@ -28,6 +28,7 @@ from hil.bus.wire import (  # noqa: F401  (the bus's public names)
     MAX_CONTROL_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_STR,
+    NUMPY_PACK_MIN,
     QUALITY_BAD,
     QUALITY_GOOD,
     QUALITY_UNCERTAIN,
@@ -379,8 +380,10 @@ class LoopBusEndpoint:
         np.take(u_applied, self._apply_index, out=self._applied)
         self._have_applied = True
         q = None
-        y = y_meas.tolist()
-        if not isfinite(sum(y)):  # NaN/inf somewhere (or a sum that overflowed)
+        # small: a list (the frame packs one), its plain sum the finiteness test; large (a grid):
+        # the array itself, summed by numpy (the frame copies it with numpy)
+        y = y_meas.tolist() if y_meas.size <= NUMPY_PACK_MIN else y_meas
+        if not isfinite(sum(y) if type(y) is list else float(y.sum())):  # NaN/inf (or a sum that overflowed)
             bad = ~np.isfinite(y_meas)
             if bad.any():
                 q = self._q_work
