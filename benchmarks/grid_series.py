@@ -25,6 +25,11 @@ Fairness (benchmarks/README.md):
   to be identical and excluded from the voltage comparison on both sides.
 - Answers: complex voltages of every step / every solved outage agree within ``AGREE_PU``,
   checked before any figure is printed.
+- hil's Python loop (NewtonWorkspace.solve called per step, Sbus built in NumPy: what a user
+  without the batch entry writes) is timed beside them for information (no goal).
+- Iterations: lightsim2grid reports ~5 % more Newton iterations (one KLU refactorization each)
+  on the series and ~7 % more on the N-1 than hil at the same tolerance; `us_per_iteration`
+  separates that from the cost of one iteration.
 - Timing: benchmarks/fair.py (blocks interleaved, order rotated, >= 3 repeats), process CPU time.
 
 Last stdout line: JSON {series: {...}, n1: {...}, goals, goals_met, goal_met, headline}.
@@ -46,13 +51,21 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fair import PROCESS, interleaved, ratio  # noqa: E402
-from grid_peers import MAX_ITER, TOL_PU, build_problem, load_scales  # noqa: E402
+from grid_peers import MAX_ITER, TOL_PU, HilSide, build_problem, load_scales  # noqa: E402
 
 from plants.grid.batch import ISLANDED, solve_outages, solve_series  # noqa: E402
 from plants.grid.newton import CONVERGED, NewtonWorkspace, bus_flags  # noqa: E402
 
 AGREE_PU = 1e-6       # both stop at max |F| < TOL_PU = 1e-8; their voltages then agree to ~1e-9
 GOALS = dict(series_ratio_lightsim2grid_over_hil=1.0, n1_ratio_lightsim2grid_over_hil=1.0)
+
+
+def solver_stats(computer) -> dict:
+    """lightsim2grid's own KLU counters (evidence that its symbolic analysis and first
+    factorization are kept and later solves only refactorize)."""
+    st = computer.get_linear_solver_stats()
+    return {k: int(getattr(st, k)) for k in ("nb_factorize", "nb_refactorize", "nb_refactorize_failed",
+                                             "nb_fallback_factorize") if hasattr(st, k)}
 
 
 def log(msg: str) -> None:
@@ -99,8 +112,18 @@ def series(p, steps: int, repeats: int, blocks: int, seed: int = 11) -> dict:
         res["out"] = solve_series(ws, ydata, sbus_fixed, p.load_bus, lp, lq, p.sn_mva, vm, va, free_va, free_vm,
                                   TOL_PU, MAX_ITER)
 
+    py = HilSide(p)                     # hil without the batch entry: NewtonWorkspace.solve per step from Python
+
+    def hil_python_loop():
+        py.reset(p.v_flat)
+        for k in range(steps):
+            py.set_loads(lp[k], lq[k])
+            py.solve(TOL_PU)
+        res["py_last"] = py.voltage()
+
     lightsim()
     hil()
+    hil_python_loop()
     if ts.get_status() != 1:
         raise RuntimeError(f"lightsim2grid TimeSeriesCPP failed after {ts.nb_solved()} steps")
     hvm, hva, hstatus, hiter = res["out"]
@@ -110,13 +133,22 @@ def series(p, steps: int, repeats: int, blocks: int, seed: int = 11) -> dict:
     dv = float(np.abs(hvm * np.exp(1j * hva) - v_ls).max())
     if dv > AGREE_PU:
         raise AssertionError(f"series: hil and lightsim2grid disagree by {dv:.2e} pu")
-    t = interleaved({"hil": hil, "lightsim2grid": lightsim}, {"hil": steps, "lightsim2grid": steps}, blocks, repeats,
+    dv_py = float(np.abs(res["py_last"] - hvm[-1] * np.exp(1j * hva[-1])).max())
+    if dv_py > 1e-12:
+        raise AssertionError(f"series: hil's batch and its Python loop disagree by {dv_py:.2e} pu")
+    t = interleaved({"hil": hil, "lightsim2grid": lightsim, "hil_python_loop": hil_python_loop},
+                    {"hil": steps, "lightsim2grid": steps, "hil_python_loop": steps}, blocks, repeats,
                     clock=PROCESS, warmup=False)
     ls_iter = np.asarray(ts.get_row_nb_iter())
+    per_it = {"hil": float(t["hil"]["median"] * steps / hiter.sum()),
+              "lightsim2grid": float(t["lightsim2grid"]["median"] * steps / ls_iter.sum())}
     return {"steps": steps, "repeats": repeats, "blocks": blocks, "tol_pu": TOL_PU, "us_per_step": t,
-            "ratio_lightsim2grid_over_hil": ratio(t["lightsim2grid"], t["hil"]), "max_dv_pu": dv,
+            "ratio_lightsim2grid_over_hil": ratio(t["lightsim2grid"], t["hil"]),
+            "ratio_lightsim2grid_over_hil_python_loop": ratio(t["lightsim2grid"], t["hil_python_loop"]),
+            "us_per_iteration": per_it, "max_dv_pu": dv,
             "iterations_median": {"hil": float(np.median(hiter)), "lightsim2grid": float(np.median(ls_iter))},
-            "iterations_total": {"hil": int(hiter.sum()), "lightsim2grid": int(ls_iter.sum())}}
+            "iterations_total": {"hil": int(hiter.sum()), "lightsim2grid": int(ls_iter.sum())},
+            "lightsim2grid_klu": solver_stats(ts), "lightsim2grid_own_total_time_s_last_call": float(ts.total_time())}
 
 
 def branch_stamps(p) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -200,12 +232,15 @@ def n1(p, repeats: int, blocks: int) -> dict:
     t = interleaved({"hil": hil, "lightsim2grid": lightsim}, {"hil": len(branches), "lightsim2grid": len(branches)},
                     blocks, repeats, clock=PROCESS, warmup=False)
     ls_iter = np.asarray(ca.get_row_nb_iter())
-    return {"outages": len(branches), "solved": int(hil_ok.sum()),
+    per_it = {"hil": float(t["hil"]["median"] * len(branches) / hiter[hil_ok].sum()),
+              "lightsim2grid": float(t["lightsim2grid"]["median"] * len(branches) / ls_iter[ls_ok].sum())}
+    return {"us_per_iteration": per_it, "outages": len(branches), "solved": int(hil_ok.sum()),
             "islanding_excluded": [names[c] for c in np.where(~hil_ok)[0]], "tol_pu": TOL_PU,
             "repeats": repeats, "blocks": blocks, "us_per_outage": t,
             "ms_all_outages": {k: v["median"] * len(branches) / 1e3 for k, v in t.items()},
             "ratio_lightsim2grid_over_hil": ratio(t["lightsim2grid"], t["hil"]), "max_dv_pu": dv,
-            "iterations_total": {"hil": int(hiter[hil_ok].sum()), "lightsim2grid": int(ls_iter[ls_ok].sum())}}
+            "iterations_total": {"hil": int(hiter[hil_ok].sum()), "lightsim2grid": int(ls_iter[ls_ok].sum())},
+            "lightsim2grid_klu": solver_stats(ca), "lightsim2grid_own_total_time_s_last_call": float(ca.total_time())}
 
 
 def main() -> None:
@@ -219,14 +254,17 @@ def main() -> None:
         warnings.simplefilter("ignore")
         p = build_problem("case118")
     s = series(p, steps, 3, blocks)
+    log(f"hil from a Python loop (NewtonWorkspace.solve per step, informational): "
+        f"{s['us_per_step']['hil_python_loop']['median']:.2f} us/step (LSGrid TimeSeriesCPP / it "
+        f"{s['ratio_lightsim2grid_over_hil_python_loop']:.2f}); per Newton iteration: {s['us_per_iteration']}")
     log(f"case118 series of {steps} steps: hil {s['us_per_step']['hil']['median']:.2f} us/step, lightsim2grid "
         f"TimeSeriesCPP {s['us_per_step']['lightsim2grid']['median']:.2f} us/step (ratio {s['ratio_lightsim2grid_over_hil']:.2f}); "
-        f"iterations {s['iterations_total']}; max |dV| {s['max_dv_pu']:.1e} pu")
+        f"iterations {s['iterations_total']}; max |dV| {s['max_dv_pu']:.1e} pu; lightsim2grid KLU {s['lightsim2grid_klu']}")
     c = n1(p, 3, blocks)
     log(f"case118 N-1 ({c['outages']} branches, {c['solved']} solved, islanding excluded on both: "
         f"{c['islanding_excluded']}): hil {c['ms_all_outages']['hil']:.2f} ms, lightsim2grid ContingencyAnalysisCPP "
         f"{c['ms_all_outages']['lightsim2grid']:.2f} ms (ratio {c['ratio_lightsim2grid_over_hil']:.2f}); "
-        f"iterations {c['iterations_total']}; max |dV| {c['max_dv_pu']:.1e} pu")
+        f"iterations {c['iterations_total']}; max |dV| {c['max_dv_pu']:.1e} pu; lightsim2grid KLU {c['lightsim2grid_klu']}")
     goals_met = {"series_ratio_lightsim2grid_over_hil": s["ratio_lightsim2grid_over_hil"] >= GOALS["series_ratio_lightsim2grid_over_hil"],
                  "n1_ratio_lightsim2grid_over_hil": c["ratio_lightsim2grid_over_hil"] >= GOALS["n1_ratio_lightsim2grid_over_hil"]}
     headline = [
