@@ -23,8 +23,10 @@ Fairness (benchmarks/README.md):
 - Islanding outages: lightsim2grid does not solve an outage that disconnects the grid (not in
   `converged_mask`); hil reports them as ISLANDED (no slack reachable). The two sets are checked
   to be identical and excluded from the voltage comparison on both sides.
-- Answers: complex voltages of every step / every solved outage agree within ``AGREE_PU``,
-  checked before any figure is printed.
+- Answers: complex voltages of every step / every solved outage agree within ``AGREE_PU``, and
+  the from-end active flow of every branch in every solved outage (hil's from its voltages and
+  the stamps, lightsim2grid's `compute_power_flows`) within ``AGREE_FLOW_MW``, checked before any
+  figure is printed.
 - hil's Python loop (NewtonWorkspace.solve called per step, Sbus built in NumPy: what a user
   without the batch entry writes) is timed beside them for information (no goal).
 - Iterations: lightsim2grid reports ~5 % more Newton iterations (one KLU refactorization each)
@@ -57,6 +59,7 @@ from plants.grid.batch import ISLANDED, solve_outages, solve_series  # noqa: E40
 from plants.grid.newton import CONVERGED, NewtonWorkspace, bus_flags  # noqa: E402
 
 AGREE_PU = 1e-6       # both stop at max |F| < TOL_PU = 1e-8; their voltages then agree to ~1e-9
+AGREE_FLOW_MW = 1e-3  # from-end active flows (MW) per branch and outage; seen ~1e-7
 GOALS = dict(series_ratio_lightsim2grid_over_hil=1.0, n1_ratio_lightsim2grid_over_hil=1.0)
 
 
@@ -188,6 +191,22 @@ def branch_stamps(p) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return pos, y4, names
 
 
+def _flow_mismatch_mw(p, ca, pos, y4, hvm, hva, ok) -> float:
+    """Largest |P_from| difference (MW) over every branch of every solved outage: hil's from-end flow
+    P = Re(V_f conj(Yff V_f + Yft V_t)) * sn_mva from its voltages and the stamps (the outaged
+    branch carries 0) against lightsim2grid's own ``compute_power_flows``."""
+    ls_p = np.asarray(ca.compute_power_flows())
+    f = np.array([p.ybus.indices[k] for k in pos[:, 0]])           # (f, f) entry: column = from bus
+    t = np.array([p.ybus.indices[k] for k in pos[:, 1]])           # (f, t) entry: column = to bus
+    worst = 0.0
+    for c in np.flatnonzero(ok):
+        v = hvm[c] * np.exp(1j * hva[c])
+        pf = (v[f] * np.conj(y4[:, 0] * v[f] + y4[:, 1] * v[t])).real * p.sn_mva
+        pf[c] = 0.0
+        worst = max(worst, float(np.abs(pf - ls_p[c]).max()))
+    return worst
+
+
 def n1(p, repeats: int, blocks: int) -> dict:
     """The AC power flow of every single-branch outage from the base case's answer."""
     from lightsim2grid.contingencyAnalysis import ContingencyAnalysisCPP
@@ -229,6 +248,9 @@ def n1(p, repeats: int, blocks: int) -> dict:
     dv = float(np.abs(v_hil - v_ls[hil_ok][:, p.me_of_solver]).max())
     if dv > AGREE_PU:
         raise AssertionError(f"N-1: hil and lightsim2grid disagree by {dv:.2e} pu")
+    dp = _flow_mismatch_mw(p, ca, pos, y4, hvm, hva, hil_ok)
+    if dp > AGREE_FLOW_MW:
+        raise AssertionError(f"N-1: branch flows of hil and lightsim2grid disagree by {dp:.2e} MW")
     t = interleaved({"hil": hil, "lightsim2grid": lightsim}, {"hil": len(branches), "lightsim2grid": len(branches)},
                     blocks, repeats, clock=PROCESS, warmup=False)
     ls_iter = np.asarray(ca.get_row_nb_iter())
@@ -239,6 +261,7 @@ def n1(p, repeats: int, blocks: int) -> dict:
             "repeats": repeats, "blocks": blocks, "us_per_outage": t,
             "ms_all_outages": {k: v["median"] * len(branches) / 1e3 for k, v in t.items()},
             "ratio_lightsim2grid_over_hil": ratio(t["lightsim2grid"], t["hil"]), "max_dv_pu": dv,
+            "max_dp_flow_mw": dp,
             "iterations_total": {"hil": int(hiter[hil_ok].sum()), "lightsim2grid": int(ls_iter[ls_ok].sum())},
             "lightsim2grid_klu": solver_stats(ca), "lightsim2grid_own_total_time_s_last_call": float(ca.total_time())}
 

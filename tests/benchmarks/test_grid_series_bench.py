@@ -14,6 +14,7 @@ def test_quick_run_answers_agree_and_goals_evaluated():
     res = run_quick("grid_series")
     s, c = res["series"], res["n1"]
     assert s["max_dv_pu"] < 1e-6 and c["max_dv_pu"] < 1e-6       # both stop at max |F| < 1e-8 pu
+    assert c["max_dp_flow_mw"] < 1e-3                               # from-end flows of every branch, every outage
     assert s["iterations_median"]["hil"] >= 2                       # 1-2 % load moves: real Newton work
     assert c["outages"] == 186                                      # every case118 branch
     assert c["solved"] + len(c["islanding_excluded"]) == 186 and 0 < len(c["islanding_excluded"]) < 186
