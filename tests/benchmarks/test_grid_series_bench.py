@@ -17,6 +17,7 @@ def test_quick_run_answers_agree_and_goals_evaluated():
     assert c["max_dp_flow_mw"] < 1e-3                               # from-end flows of every branch, every outage
     assert s["iterations_median"]["hil"] >= 2                       # 1-2 % load moves: real Newton work
     assert c["outages"] == 186                                      # every case118 branch
+    assert c["identical_work"] and c["not_converged_excluded"] == []  # case118: only islanding outages unsolved
     assert c["solved"] + len(c["islanding_excluded"]) == 186 and 0 < len(c["islanding_excluded"]) < 186
     assert set(s["us_per_step"]) == {"hil", "lightsim2grid", "hil_python_loop"}
     assert set(c["us_per_outage"]) == {"hil", "lightsim2grid"}
