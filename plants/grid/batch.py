@@ -14,8 +14,9 @@ N-1 (``solve_outages``): outage c removes branch b = branches[c] from Ybus by su
 stamp (``y4[b] = (Yff, Yft, Ytf, Ytt)`` pu, at Ybus positions ``pos[b] = (ff, ft, tf, tt)``); the
 pattern is kept (the entry is left at 0, or at a parallel branch's value), so the same symbolic
 factorization serves every outage. Each outage starts from the base case's answer. An outage that
-separates a bus from every slack (a bridge of the closed network; found by a breadth-first search
-over the post-outage branches) is not solved: status ``ISLANDED``, its voltages set to NaN.
+separates a bus from every root (a bridge of the closed network; found by a breadth-first search
+over the Ybus entries left nonzero) is not solved: status ``ISLANDED``, its voltages set to NaN.
+Roots are the buses with no free unknown: the slack buses, and dead buses the caller has fixed.
 """
 
 from __future__ import annotations
