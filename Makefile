@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(RECORD) bus_latency -- $(BIN)/python benchmarks/bus_latency.py
 	$(RECORD) protocol_latency -- $(BIN)/python benchmarks/protocol_latency.py
 	$(RECORD) grid_speed -- $(BIN)/python benchmarks/grid_speed.py
+	$(RECORD) grid_series -- $(BIN)/python benchmarks/grid_series.py
 	$(RECORD) manipulator_speed -- $(BIN)/python benchmarks/manipulator_speed.py
 	$(RECORD) shield -- $(BIN)/python benchmarks/shield.py
 	$(RECORD) panda_loop -- $(BIN)/python benchmarks/panda_loop.py --wall 10
