@@ -11,6 +11,8 @@ All values in the signals' plant units (the spec's `unit`).
 
 from __future__ import annotations
 
+import math
+
 from plants.panels import Panel
 
 
@@ -69,8 +71,10 @@ def build_layout(scenario, spec, panels: tuple, chosen: list[str] | tuple = ()) 
         for name in panel.signals:
             for source, element, idx in _resolve(spec, name):
                 q = (spec.outputs if source == "y" else spec.inputs)[idx]
+                # an unbounded signal (the arm's end-effector position) has no bound to draw: null
                 series.append({"name": element, "source": source, "index": idx, "unit": q.unit,
-                               "low": float(q.low), "high": float(q.high)})
+                               "low": float(q.low) if math.isfinite(q.low) else None,
+                               "high": float(q.high) if math.isfinite(q.high) else None})
         names = {s["name"] for s in series}
         limits = [] if panel.band else [lim for n in names for lim in mon.get(n, [])]
         out.append({"title": panel.title, "kind": panel.kind, "series": series,

@@ -79,7 +79,7 @@ function addPanel(p) {
   const h = document.createElement("h3"); h.textContent = p.title; box.appendChild(h);
   if (p.kind === "lines" && p.series.length) {
     const b = document.createElement("div"); b.className = "dim";
-    b.textContent = "physical bounds: " + [...new Set(p.series.map((s) => `${s.name} ${s.low}..${s.high} ${s.unit}`))].slice(0, 4).join("; ");
+    b.textContent = "physical bounds: " + [...new Set(p.series.map((s) => `${s.name} ${s.low ?? "-inf"}..${s.high ?? "inf"} ${s.unit}`))].slice(0, 4).join("; ");
     box.appendChild(b);
   }
   $("panels").appendChild(box);
@@ -126,7 +126,13 @@ function cards(f) {
   } else { $("mode").textContent = "no safety process"; }
   if (!al.children.length) li(al, "none");
   const d = f.decisions, ev = $("events"); ev.replaceChildren();
-  $("sources").textContent = Object.keys(d.sources).length ? "applied actions by source: " + Object.entries(d.sources).map(([k, v]) => `${k} ${v}`).join(", ") : "";
+  const sh = st.shield;  // [safety] placement = "loop": the loop's shield decides every step, the safety supervises
+  if (sh) {
+    $("sources").textContent = "shield in the loop, steps by source: " + Object.entries(sh.steps).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(", ") + `; supervisor: policy ${sh.supervisor.allow_policy ? "may act" : "may not act"}${sh.supervisor.silent ? " (SILENT)" : ""}`;
+    $("source").textContent = sh.last_source;
+  } else {
+    $("sources").textContent = Object.keys(d.sources).length ? "applied actions by source: " + Object.entries(d.sources).map(([k, v]) => `${k} ${v}`).join(", ") : "";
+  }
   d.events.slice().reverse().forEach((e) => li(ev, `t=${fmt(e.t_s, 6)} s ${e.event}: ${e.reason}`));
   if (!ev.children.length) li(ev, hello.has_safety ? "no events yet" : "no decision log (no safety process)");
 }

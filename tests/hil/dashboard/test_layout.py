@@ -55,3 +55,16 @@ def test_unknown_signal_is_named():
     model = sc.plant.load()
     with pytest.raises(UnknownSignal, match="'glucoze'"):
         build_layout(sc, model.spec, model.panels, ["glucoze"])
+
+
+@pytest.mark.parametrize("config", ["bioreactor_policy.toml", "grid118_policy.toml", "panda_policy.toml"])
+def test_every_shipped_plants_layout_is_strict_json(config):
+    """The page's hello goes out as JSON: an unbounded signal (the arm's end-effector position)
+    is a null bound, never Infinity (which JSON has not: the layout request failed with a 500)."""
+    import json
+
+    _, panels = _layout(ROOT / "configs" / config)
+    json.dumps(panels, allow_nan=False)
+    if config.startswith("panda"):
+        ee = [s for p in panels for s in p["series"] if s["name"].startswith("ee.position")]
+        assert ee and all(s["low"] is None and s["high"] is None for s in ee)
