@@ -175,11 +175,13 @@ async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, 
     return final_counters(adapter, limits)
 
 
-def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None) -> None:
+def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None,
+                  spec=None) -> None:
     """Run the OPC UA server for `scenario` over the image `image_name` (blocking).
 
     `ready` (e.g. multiprocessing.Event) is set once clients can connect; the server stops
-    when `stop` is set, or on SIGTERM / SIGINT (main thread only).
+    when `stop` is set, or on SIGTERM / SIGINT (main thread only). `spec`: the plant's
+    PlantSpec (as the loop has it); without it the plant is loaded here.
     """
     logging.getLogger("asyncua").setLevel(logging.WARNING)
     log.info("OPC UA server process %d: %s", os.getpid(), raise_weight())
@@ -199,7 +201,7 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_p
                     await asyncio.sleep(0.05)
             watcher = asyncio.create_task(watch())
         try:
-            return await serve(scenario, image, stop_event, ready)
+            return await serve(scenario, image, stop_event, ready, spec=spec)
         finally:
             if stop is not None:
                 watcher.cancel()
