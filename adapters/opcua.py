@@ -194,6 +194,8 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_p
     when `stop` is set, or on SIGTERM / SIGINT (main thread only). `spec`: the plant's
     PlantSpec (as the loop has it); without it the plant is loaded here.
     """
+    if not logging.getLogger().handlers:  # a spawned process: its lines as the Modbus server's
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("asyncua").setLevel(logging.WARNING)
     log.info("OPC UA server process %d: %s", os.getpid(), raise_weight())
     image = ProcessImage.attach(image_name)
