@@ -42,14 +42,18 @@ class ServerProcess:
 
 def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwargs: dict) -> None:
     import importlib
+    import inspect
 
     from hil.rt import die_with_parent, set_normal
 
     set_normal()  # never inherit the loop's SCHED_FIFO
     if not die_with_parent():  # SIGTERM (a clean stop) when the loop dies, even by SIGKILL
         return
+    serve_forever = importlib.import_module(module_name).serve_forever
+    if "spec" in kwargs and "spec" not in inspect.signature(serve_forever).parameters:
+        kwargs = {k: v for k, v in kwargs.items() if k != "spec"}  # a server that loads the plant itself
     try:
-        importlib.import_module(module_name).serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
+        serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
     except (OSError, RuntimeError) as exc:  # cannot listen, bad certificate...: one line, the parent names the port
         import sys
 
@@ -75,7 +79,8 @@ def start_servers(scenario, image_name: str, timeout_s: float | None = None,
     The processes start together and are then waited for one by one, so their start-ups
     (imports, address space) overlap instead of adding up. `spec`: the plant's PlantSpec,
     handed to the servers so that they do not build the plant again (a grid's case file,
-    model and ratings: seconds for a large case); without it each server loads the plant.
+    model and ratings: seconds for a large case); without it, or to a server whose
+    `serve_forever` takes no `spec`, each server loads the plant.
 
     modbus_request_log: where the Modbus server dumps its per-request timing log at
     shutdown (JSONL; `hil profile` turns it into a latency profile). shared_list: where the
