@@ -208,8 +208,10 @@ def final_counters_line(c: dict) -> str:
             f"{c['spontaneous']} spontaneous objects over {c['publishes']} publishes, {c['points']} objects")
 
 
-def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None) -> None:
-    """Run the IEC 104 server for `scenario` over the image `image_name` (blocking).
+def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None,
+                  spec=None) -> None:
+    """Run the IEC 104 server for `scenario` over the image `image_name` (blocking). `spec`: the
+    loop's PlantSpec (handed over by adapters/process.py), else the plant is loaded here.
 
     `ready` (e.g. multiprocessing.Event) is set once clients can connect; the server stops
     when `stop` is set, or on SIGTERM / SIGINT (main thread only).
@@ -227,7 +229,7 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_p
         threading.Thread(target=watch, name="hil-iec104-stop", daemon=True).start()
     log.info("IEC 104 server process %d", os.getpid())
     try:
-        c = serve(scenario, image, done, ready)
+        c = serve(scenario, image, done, ready, spec=spec)
         log.info("IEC 104 server stopped: %s", final_counters_line(c))
         if summary_path:
             write_json_atomic(summary_path, c, indent=1)

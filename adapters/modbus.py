@@ -382,8 +382,9 @@ def _report(server: ImageModbusServer, request_log_path, stats_path) -> None:
 
 def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
                   request_log_path: str | None = None, stats_path: str | None = None,
-                  summary_path: str | None = None, shared_list_path: str | None = None) -> None:
-    """Process entry point: serve the image `image_name` until `stop`, SIGTERM or SIGINT."""
+                  summary_path: str | None = None, shared_list_path: str | None = None, spec=None) -> None:
+    """Process entry point: serve the image `image_name` until `stop`, SIGTERM or SIGINT.
+    `spec`: the plant's PlantSpec (as the loop has it); without it the plant is loaded here."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # our log says what matters
@@ -407,7 +408,7 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *,
 
         watcher = asyncio.ensure_future(watch_stop())
         try:
-            await serve(scenario, image, ready, done, request_log_path=request_log_path,
+            await serve(scenario, image, ready, done, spec=spec, request_log_path=request_log_path,
                         stats_path=stats_path, summary_path=summary_path, shared_list_path=shared_list_path)
         finally:
             watcher.cancel()

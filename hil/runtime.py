@@ -321,7 +321,7 @@ class Runtime:
             log = str(Path(self.record_path) / "_modbus_requests.jsonl") if self.record else None
             shared = str(Path(self.record_path) / "_dual_writable.txt") if self.record else None
             self._children += start_servers(self.scenario, self.image.name, modbus_request_log=log,
-                                            shared_list=shared)
+                                            shared_list=shared, spec=self.spec)
         for server in self._children:
             self.children.add(f"{server.kind} server", server.process, self.scenario.loop.require_servers)
         if self.recorder is not None:
