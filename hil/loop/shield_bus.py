@@ -45,6 +45,14 @@ SOURCE_NAMES = (*KERNEL_SOURCES, "fallback:supervisor_silent")
 SOURCE_COLUMN = "shield.source"
 
 
+def _by_step(msg) -> tuple:
+    return msg.step, msg.sid, msg.seq
+
+
+def _by_session(msg) -> tuple:
+    return msg.sid, msg.seq
+
+
 def _counter(name: str) -> str:
     return "shield_" + name.replace(":", "_") + "_steps"
 
@@ -154,24 +162,30 @@ class ShieldBusEndpoint(LoopBusEndpoint):
     def last_mode(self, value) -> None:
         pass
 
-    def _take_proposals(self) -> None:
-        """The newest valid proposal answering a published observation (replay window moved only
-        by the one taken)."""
+    def _newest(self, sock, rx, order, count_cap: bool = False):
+        """The newest valid message waiting on `sock` (by `order(msg)`) that answers a published
+        observation, or None; the others are counted (superseded, dropped_future). Only the
+        caller's `rx.accept` of the one it acts on moves the replay window."""
         newest = None
-        raws = drain(self._prop_sock)
-        if len(raws) == DRAIN_CAP:
+        raws = drain(sock)
+        if count_cap and len(raws) == DRAIN_CAP:
             self._c["action_drain_capped_steps"] += 1
         for raw in raws:
-            msg = self._prop_rx.decode(raw)
+            msg = rx.decode(raw)
             if msg is None:
                 continue
             if msg.step > self._published_step:
                 self._c["dropped_future"] += 1
                 continue
             if newest is not None:
-                self._prop_rx.count("superseded")
-            if newest is None or (msg.step, msg.sid, msg.seq) >= (newest.step, newest.sid, newest.seq):
+                rx.count("superseded")
+            if newest is None or order(msg) >= order(newest):
                 newest = msg
+        return newest
+
+    def _take_proposals(self) -> None:
+        """The newest valid proposal answering a published observation."""
+        newest = self._newest(self._prop_sock, self._prop_rx, _by_step, count_cap=True)
         if newest is None or newest.step < self.proposal_step or not self._prop_rx.accept(newest):
             return
         self.proposal[:] = newest.payload["a"]
@@ -179,18 +193,7 @@ class ShieldBusEndpoint(LoopBusEndpoint):
 
     def _take_decisions(self, step: int) -> None:
         """The newest valid supervisor decision (its band goes into the shield's envelope)."""
-        newest = None
-        for raw in drain(self._sup_sock):
-            msg = self._sup_rx.decode(raw)
-            if msg is None:
-                continue
-            if msg.step > self._published_step:
-                self._c["dropped_future"] += 1
-                continue
-            if newest is not None:
-                self._sup_rx.count("superseded")
-            if newest is None or (msg.sid, msg.seq) > (newest.sid, newest.seq):
-                newest = msg
+        newest = self._newest(self._sup_sock, self._sup_rx, _by_session)
         if newest is None or not self._sup_rx.accept(newest):
             return
         p = newest.payload
