@@ -79,6 +79,7 @@ def write(name: str, result: dict, command: list[str] | None = None, load_before
     Raises SmokeResult for a result marked ``"quick": true`` (a smoke run is never published)."""
     if isinstance(result, dict) and result.get("quick") is True:
         raise SmokeResult(f"{name}: a --quick (smoke) result is not stored; run the benchmark at full length")
+    check_headline(name, result)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     meta = {"benchmark": name, "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command or [sys.executable, *sys.argv], "machine": machine(), "versions": versions(),
@@ -88,6 +89,24 @@ def write(name: str, result: dict, command: list[str] | None = None, load_before
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
     return path
+
+
+HEADLINE_KEYS = {"figure", "hil"}  # required in every headline row; peer, peer_name, ratio, unit, goal, met optional
+
+
+def check_headline(name: str, result) -> None:
+    """A result's ``headline`` (optional) must be a list of rows, each a dict with at least
+    ``figure`` and ``hil``; anything else is a SmokeResult naming the benchmark and the row, so a
+    malformed result is refused when it is recorded, not when the table is generated."""
+    rows = result.get("headline") if isinstance(result, dict) else None
+    if rows is None:
+        return
+    if not isinstance(rows, list):
+        raise SmokeResult(f"{name}: 'headline' must be a list of rows "
+                          f"{{figure, hil, peer, peer_name, ratio, unit, goal, met}}, not {type(rows).__name__}")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or not HEADLINE_KEYS <= set(r):
+            raise SmokeResult(f"{name}: headline[{i}] must be a dict with at least 'figure' and 'hil': {r!r}")
 
 
 def _fmt(v) -> str:

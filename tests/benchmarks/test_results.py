@@ -32,3 +32,10 @@ def test_record_stores_and_tables_the_headline(tmp_results):
     assert doc["result"]["headline"][0]["ratio"] == 0.5 and doc["meta"]["benchmark"] == "x"
     md = (tmp_results / "README.md").read_text()
     assert "| f | 2.00 us | 1.00 us (p) | 0.5000 | 1.00 | **no** |" in md
+
+
+@pytest.mark.parametrize("headline", [{"shield_kernel_us": 8.8}, [{"hil": 1.0}], ["row"]])
+def test_a_malformed_headline_is_refused_naming_the_benchmark(tmp_results, headline):
+    with pytest.raises(results.SmokeResult, match="shield: .*headline"):
+        results.write("shield", {"headline": headline})
+    assert not list(tmp_results.glob("*.json"))
