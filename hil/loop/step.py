@@ -229,7 +229,8 @@ class LoopStep:
         if gaps is None:  # identity pipeline: its kernels copy (bit for bit)
             gaps = GapPipeline.build(None, spec, self.step_s, seed)
         self.gaps = gaps
-        self.corr = no_correction(spec) if correction is None else tuple(correction)
+        # the last array is this instance's buffer (increments and event state): never shared
+        self.corr = no_correction(spec) if correction is None else (*correction[:4], np.zeros_like(correction[4]))
         self.u_cmd = spec.nominal("inputs")
         self.u_clip = np.zeros(spec.n_inputs)
         self.y_meas = np.zeros(spec.n_outputs)
@@ -289,7 +290,7 @@ class LoopStep:
         pl, g = self.plant, self.gaps
         snap = pl.snapshot()
         saved = [(a, a.copy()) for a in (g._act_buf, g._sense_buf, self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas,
-                                         self.counts, self.x_out, self.row, self.tp)]
+                                         self.counts, self.x_out, self.row, self.tp, self.corr[4])]
         hooks, fused = self.hooks, self.fused
         self._entry = None
         try:
