@@ -119,14 +119,14 @@ def test_event_features_match_readable_python():
     pulses = [0, 0, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0, 0]
     x = SPEC.nominal("states") + 0.1
     buf = m.arrays()
-    base = 1 + SPEC.n_states + SPEC.n_inputs
     for k, on in enumerate(pulses):
         u = SPEC.nominal("inputs")
         u[j] = 0.004 * on
         edges = [i for i in range(k + 1) if pulses[i] and (i == 0 or not pulses[i - 1])]
         since_h = (k - (edges[-1] if edges else 0)) * dt
         trace = np.exp(-since_h * MODULE.TIME_UNIT_S / TAU_S)
-        phi = np.concatenate([[1.0], (np.concatenate([x, u, [since_h, trace]]) - m.feat_lo) / m.feat_scale[:base - 1 + 2]])
+        scale = m.feat_scale[:m.feat_lo.size]  # then the rates
+        phi = np.concatenate([[1.0], (np.concatenate([x, u, [since_h, trace]]) - m.feat_lo) / scale])
         expect = x.copy()
         for r, i in enumerate(m.idx[:2]):
             expect[i] += dt * m.W[r] @ phi
