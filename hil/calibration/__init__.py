@@ -4,6 +4,7 @@ model, a world-model consistency check and the reality-gap audit out.
 Modules (one job each):
     logs       read CSV / Parquet / hil recordings through a column map (units converted)
     simulate   Numba simulation of any plant over logged inputs (ZOH, prescribed states)
+    parallel   a fit's runs and finite-difference Jacobian columns on a thread pool
     sysid      least-squares fit (parameters, initial states, sensor offsets, actuator lags,
                lab references) and its sandwich intervals
     checks     profile likelihood, identifiability, per-run fits and the spread ranges
@@ -11,7 +12,8 @@ Modules (one job each):
     findings   what the model lacks: trends, correlations, spread, bounds, unlogged states
     shooting   multiple shooting for long runs
     noise      sensor gap parameters fitted from residuals, written in the [gaps] format
-    residual   a linear-in-features dynamics correction, Numba-callable in the plant step
+    residual   a linear-in-features dynamics correction (states, inputs, logged columns and
+               events), Numba-callable in the plant step
     residual_fit  fitting it, held-out error with and without
     worldmodel a small learned ensemble compared with the simulator by operating region
     audit      the playbook's reality-gap diagnostic from evidence on disk

@@ -197,8 +197,9 @@ def _dynamics(ev: Evidence) -> Cell:
         if big:
             status = "amber"
             cut = f"a learned correction cuts the held-out error on {', '.join(big)} by {max(big.values()):.0%}"
-            step = (f"{step}; {cut}" if lacks else
-                    f"unmodelled effect: {cut}; model the effect, or ship the residual model in the plant step")
+            ship = ("ship the residual model in the plant step" if not res.get("not_written") else
+                    f"the residual model is for diagnosis only, the loop cannot apply it ({res['not_written']})")
+            step = (f"{step}; {cut}" if lacks else f"unmodelled effect: {cut}; model the effect, or {ship}")
     wm = s.get("world_model")
     if wm and wm.get("diverging_regions"):
         outs = sorted({r.split(" ")[0] for r in wm["diverging_regions"]})

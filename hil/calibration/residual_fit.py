@@ -13,7 +13,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hil.calibration.report import heldout_rmse
-from hil.calibration.residual import ResidualModel
+from hil.calibration.residual import SINCE, ResidualModel, event_series, is_extra, parse_extra
 from hil.calibration.simulate import RunSimulator
 
 
@@ -34,19 +34,25 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
         features = [f"x.{n}" for i, n in enumerate(spec.names("states")) if sc[i] > 1e-12 * max(abs(lo[i]), 1)]
         features += [f"u.{n}" for j, n in enumerate(spec.names("inputs"))
                      if sc[spec.n_states + j] > 1e-12 * max(abs(lo[spec.n_states + j]), 1)]
+    tu = float(getattr(problem.module, "TIME_UNIT_S", 1.0))
+    extras = [f for f in features if is_extra(f)]
+    if extras:
+        E = np.concatenate([extra_feature_series(spec, run, extras, tu) for run in problem.runs])
+        lo = np.concatenate([lo, E.mean(axis=0)])
+        sc = np.concatenate([sc, E.std(axis=0)])
     sc = np.where(sc > 0, sc, 1.0)
-    model = ResidualModel.zeros(spec, states, features, lo, sc)
+    model = ResidualModel.zeros(spec, states, features, lo, sc, time_unit_s=tu)
+    nr = len(states)
     cols = model.feature_columns(spec)
     sim = RunSimulator(problem.module, model)  # holds model.W by reference
-    nr = len(states)
+
     # W scale per corrected state: its spread times the faster of (a) its own relaxation rate
     # |df_i/dx_i| (a quasi-steady state such as DO answers a derivative correction d with an
     # offset d / rate: theta ~ 1 moves it by ~ its spread) and (b) 1 / run length (a slow state
     # integrates d over the run: theta ~ 1 moves it by ~ its spread at the end)
-    xs = np.array([max(np.nanstd(X[:, i]), 1e-9) for i in model.idx])
-    tu = float(getattr(problem.module, "TIME_UNIT_S", 1.0))
+    xs = np.array([max(np.nanstd(X[:, i]), 1e-9) for i in model.idx[:nr]])
     span = max(r.duration_s for r in problem.runs) / tu
-    rate = relaxation_rates(problem.module, pooled.p_full, sims, problem.runs, model.idx)
+    rate = relaxation_rates(problem.module, pooled.p_full, sims, problem.runs, model.idx[:nr])
     w_scale = np.repeat(xs * np.maximum(rate, 1.0 / span), len(cols))
     p = pooled.p_full
     x0s = pooled.x0
@@ -69,6 +75,7 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
     after = heldout_rmse(problem, p, x0h, runs, sim, theta)
     sig = {n: float(problem.sigma[spec.index("outputs", n)]) for n in before}
     report = {"states": list(states), "features": list(features),
+              "loop_applicable": not model.loop_blockers(), "loop_blockers": model.loop_blockers(),
               "evaluated_on": "held-out runs" if heldout else "training runs",
               "rmse_without": before, "rmse_with": after,
               "rmse_without_raw": {n: before[n] * sig[n] for n in before},
@@ -77,6 +84,35 @@ def fit_residual(problem, pooled, states, features=None, ridge: float = 1.0, max
               "w_scale_rate_per_time_unit": {s_: float(r_) for s_, r_ in zip(states, np.maximum(rate, 1.0 / span))},
               "improvement": {n: (1 - after[n] / before[n]) if before[n] > 0 else 0.0 for n in before}}
     return model, report
+
+
+def check_extra_features(spec, runs, features) -> None:
+    """ValueError naming the feature unless each extra feature parses and reads a plant input
+    or an extra column every run has (called before the fit)."""
+    ins = spec.names("inputs")
+    for f in features:
+        if not is_extra(f):
+            continue
+        ef = parse_extra(f)
+        if ef.source in ins:
+            continue
+        for run in runs:
+            if ef.source not in run.extras:
+                raise ValueError(f"feature {f!r}: {ef.source!r} is neither an input of {spec.name} nor an extra "
+                                 f"column of run {run.name!r} (extras: {', '.join(sorted(run.extras)) or 'none'})")
+
+
+def extra_feature_series(spec, run, features, time_unit_s: float) -> np.ndarray:
+    """(n, len(features)) what the kernel reads for each extra feature at each sample of
+    `run` (time since an event in the plant time unit, as the kernel counts it)."""
+    cols = []
+    ins = spec.names("inputs")
+    for f in features:
+        ef = parse_extra(f)
+        v = run.U[:, ins.index(ef.source)] if ef.source in ins else run.extras[ef.source]
+        e = event_series(v, run.t_s, ef.kind, ef.tau_s)
+        cols.append(e / time_unit_s if ef.kind == SINCE else e)
+    return np.column_stack(cols) if cols else np.zeros((run.t_s.size, 0))
 
 
 def relaxation_rates(module, p, sims, runs, idx, n_points: int = 50) -> np.ndarray:

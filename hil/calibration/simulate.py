@@ -27,9 +27,12 @@ BAD_RESIDUAL = 1e3  # the residual (in sigmas) of a sample the simulation could 
 
 @lru_cache(maxsize=None)
 def simulator_for(module):
-    """A compiled `sim(x0, k0, k1, t_s, U, X_presc, p, Ysim, Xsim, time_unit_s, max_sub,
+    """A compiled `sim(x0, k0, k1, t_s, U, Uc, X_presc, p, Ysim, Xsim, time_unit_s, max_sub,
     min_sub, W, feat_lo, feat_scale, corr_idx, corr_incr, work, y, x_lo, x_hi, x_tol, x_out, z, d)
     -> bool` for this plant module ("ode" form).
+
+    Uc: the rows the residual correction reads as its inputs (U itself, or U with the logged
+    extra columns a diagnosis-only model reads appended; hil/calibration/residual.py).
 
     Integrates from sample k0 (state x0, modified in place) to sample k1; writes the outputs
     at samples k0..k1-1 into Ysim rows (and k1 too when k1 is the last sample) and the state
@@ -40,7 +43,7 @@ def simulator_for(module):
     outputs = module.outputs
 
     @njit(nogil=True)
-    def sim(x, k0, k1, t_s, U, X_presc, p, Ysim, Xsim, time_unit_s, max_sub, min_sub,
+    def sim(x, k0, k1, t_s, U, Uc, X_presc, p, Ysim, Xsim, time_unit_s, max_sub, min_sub,
             W, feat_lo, feat_scale, corr_idx, corr_incr, work, y, x_lo, x_hi, x_tol, x_out, z, d):
         nx = x.size
         n = t_s.size
@@ -63,7 +66,7 @@ def simulator_for(module):
             if nsub < min_sub:
                 nsub = min_sub
             advance_ode(step, t_s[k] / time_unit_s, x, z, d, U[k], p, dt, nsub, work, ())
-            if correct_stage(x, U[k], dt, W, feat_lo, feat_scale, corr_idx, corr_incr, x_lo, x_hi, x_tol,
+            if correct_stage(x, Uc[k], dt, W, feat_lo, feat_scale, corr_idx, corr_incr, x_lo, x_hi, x_tol,
                              x_out) < 0:  # a state not finite
                 for kk in range(k + 1, k1 + 1):
                     if kk < k1 or last:
@@ -94,6 +97,7 @@ class RunSimulator:
         self.x_lo, self.x_hi = np.full(nx, -np.inf), np.full(nx, np.inf)
         self.x_tol, self.x_out = np.zeros(nx), np.zeros(nx, dtype=np.int64)
         self.z, self.d = np.zeros(0), np.zeros(0, dtype=np.int64)
+        self.extra_columns: list[str] = []
         self.set_correction(correction)
 
     def set_correction(self, correction) -> None:
@@ -105,8 +109,42 @@ class RunSimulator:
             self.feat_scale = np.ones(nx + nu)
             self.corr_idx = np.zeros(0, dtype=np.int64)
             self.corr_incr = np.zeros(0)
+            self.extra_columns = []
         else:
             self.W, self.feat_lo, self.feat_scale, self.corr_idx, self.corr_incr = correction.arrays()
+            self.extra_columns = list(correction.extra_columns)
+
+    def correction_inputs(self, run) -> np.ndarray:
+        """The rows the correction reads: run.U, with the model's logged extra columns appended
+        (NaN -> 0: no event); ValueError naming the run and the column if one is missing."""
+        if not self.extra_columns:
+            return run.U
+        cols = []
+        for c in self.extra_columns:
+            v = run.extras.get(c)
+            if v is None:
+                raise ValueError(f"run {run.name!r}: the residual model reads the extra column {c!r}, "
+                                 f"which this log lacks (extras: {', '.join(sorted(run.extras)) or 'none'})")
+            cols.append(np.nan_to_num(v, nan=0.0))
+        return np.ascontiguousarray(np.column_stack([run.U] + cols))
+
+    def _event_state_at(self, t_s, Uc, k0: int) -> None:
+        """The correction's event state on entry to step k0: zeros at a run's start, else
+        what steps 0..k0-1 left (time since each source's last rising edge, its last value)."""
+        self.corr_incr[:] = 0.0
+        nr = self.W.shape[0]
+        ne = (self.corr_idx.size - nr) // 2
+        if k0 == 0 or ne == 0:
+            return
+        from hil.calibration.residual import SINCE, event_series
+
+        for e in range(ne):
+            if self.corr_idx[nr + ne + e] == 0:
+                continue
+            s = Uc[:k0, self.corr_idx[nr + e]]
+            since = event_series(s, t_s[:k0], SINCE)
+            self.corr_incr[nr + 2 * e] = (since[-1] + t_s[k0] - t_s[k0 - 1]) / self.time_unit_s
+            self.corr_incr[nr + 2 * e + 1] = s[-1]
 
     def run(self, run, p, x0, k0: int = 0, k1: int | None = None, Ysim=None, Xsim=None):
         """Simulate `run` from sample k0 (state x0, copied) to k1 (default: the end).
@@ -118,7 +156,9 @@ class RunSimulator:
         if Xsim is None:
             Xsim = np.full((n, self.spec.n_states), np.nan)
         x = np.array(x0, dtype=np.float64)
-        ok = self.sim(x, k0, k1, run.t_s, run.U, run.X_presc, p, Ysim, Xsim, self.time_unit_s,
+        Uc = self.correction_inputs(run)
+        self._event_state_at(run.t_s, Uc, k0)
+        ok = self.sim(x, k0, k1, run.t_s, run.U, Uc, run.X_presc, p, Ysim, Xsim, self.time_unit_s,
                       self.max_sub, self.min_sub, self.W, self.feat_lo, self.feat_scale,
                       self.corr_idx, self.corr_incr, self.work, self.y, self.x_lo, self.x_hi, self.x_tol,
                       self.x_out, self.z, self.d)

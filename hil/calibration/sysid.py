@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from hil.calibration.shooting import DEFECT_WEIGHT, multiple_shooting  # noqa: F401  (DEFECT_WEIGHT re-exported)
 from hil.calibration.checks import identifiability, per_run_fits, spread_ranges  # noqa: F401  (re-exported)
+from hil.calibration.parallel import ParallelResiduals
 from hil.calibration.simulate import BAD_RESIDUAL, RunSimulator
 from hil.calibration.stats import Z95, _lag1, _robust_sigma_from_diffs, long_run_factor  # noqa: F401
 
@@ -351,7 +353,13 @@ class SysIdProblem:
 
     # ---- the fit ----
     def fit(self, theta0=None, *, shooting_s: float | None = None, reweight: bool = True,
-            max_nfev: int = 100, shooting_max_nfev: int = 15, verbose: int = 0) -> FitResult:
+            max_nfev: int = 100, shooting_max_nfev: int = 15, verbose: int = 0,
+            workers: int | None = None, parallel: bool = True) -> FitResult:
+        """Single shooting (after multiple shooting when `shooting_s`), then once more after
+        re-weighting by each output's residual RMS. The residuals of the runs and the
+        Jacobian's finite-difference columns are evaluated on `workers` threads (default: the
+        cores; hil/calibration/parallel.py: the same Jacobian as scipy's "2-point");
+        parallel=False: scipy's own "2-point" on the calling thread (the reference path)."""
         theta = self.theta_of() if theta0 is None else np.array(theta0, float)
         if theta0 is None and self.lag_inputs:  # start fitted lags at LAG_SCALE_S, not on their bound
             nl = len(self.lag_inputs)
@@ -362,7 +370,8 @@ class SysIdProblem:
         if shooting_s is not None and any(r.duration_s > shooting_s for r in self.runs):
             theta, sol = self.multiple_shooting(theta, shooting_s, shooting_max_nfev, verbose=verbose)
             nfev += sol.nfev
-        sol = least_squares(self.residuals, theta, bounds=(lo, hi), method="trf", x_scale="jac",
+        par = self._evaluator((lo, hi), workers, parallel)
+        sol = least_squares(par.fun, theta, jac=par.jac, bounds=(lo, hi), method="trf", x_scale="jac",
                             max_nfev=max_nfev, verbose=verbose)
         nfev += sol.nfev
         if reweight:
@@ -385,10 +394,17 @@ class SysIdProblem:
                     x[base + self.bias_outputs.index(name)] /= rms
                 if name in self.drift_outputs:
                     x[base + len(self.bias_outputs) + self.drift_outputs.index(name)] /= rms
-            sol = least_squares(self.residuals, x, bounds=(lo, hi), method="trf", x_scale="jac",
+            par = self._evaluator((lo, hi), workers, parallel)  # the new weights: nothing cached
+            sol = least_squares(par.fun, x, jac=par.jac, bounds=(lo, hi), method="trf", x_scale="jac",
                                 max_nfev=max_nfev, verbose=verbose)
             nfev += sol.nfev
         return self._result(sol, nfev)
+
+    def _evaluator(self, bounds, workers, parallel: bool):
+        """fun / jac for least_squares: threaded (ParallelResiduals) or scipy's serial 2-point."""
+        if parallel:
+            return ParallelResiduals(self, bounds, workers)
+        return SimpleNamespace(fun=self.residuals, jac="2-point")
 
     def _result(self, sol, nfev: int) -> FitResult:
         theta = sol.x

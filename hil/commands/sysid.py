@@ -37,7 +37,10 @@ class BadInput(click.ClickException):
               help="Multiple-shooting segment length, hours of run time (default: single shooting).")
 @click.option("--profile", "profile_param", default=None, help="Check this parameter's interval by profile likelihood.")
 @click.option("--residual-states", default="", help="States a residual model corrects (fitted after the parameters).")
-@click.option("--residual-features", default=None, help="x.<state>/u.<input> features (default: all that move).")
+@click.option("--residual-features", default=None,
+              help="x.<state>, u.<input>, e.<column> (a logged extra column's value), since.<signal> (time since "
+                   "its last rising edge), trace.<signal>:<tau_s> (exp(-that time / tau)); default: every state "
+                   "and input that moves. A model reading a column the loop lacks is reported, not written.")
 @click.option("--holdout", "holdout", multiple=True, type=click.Path(exists=True),
               help="Held-out run(s) for the residual model's error report.")
 @click.option("--world-model", "world_model", is_flag=True,
@@ -95,6 +98,10 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
                     raise BadInput(f"{opt}: {n!r} is not an {kind[:-1]} of {spec.name} "
                                    f"({kind}: {', '.join(spec.names(kind))})")
         runs = logs.read_runs(data, spec, cm, u0)
+        if residual_features:
+            from hil.calibration.residual_fit import check_extra_features
+
+            check_extra_features(spec, runs, residual_features.split(","))
         problem = sysid.SysIdProblem(module, runs, names, base_params=p0, x0=x0,
                                      init_states=[s for s in init_states.split(",") if s],
                                      outputs=outputs.split(",") if outputs else None,
@@ -129,8 +136,11 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
                                        residual_features.split(",") if residual_features else None,
                                        heldout=held, heldout_x0=[x0] * len(held) if held else None)
         npz = str(Path(out).with_suffix(".residual.npz"))
-        model.save(npz)
-        residual["file"] = Path(npz).name
+        if residual["loop_blockers"]:  # diagnosis only: the loop would apply another model
+            residual["not_written"] = "; ".join(residual["loop_blockers"])
+        else:
+            model.save(npz)
+            residual["file"] = Path(npz).name
     doc = report.fitted_document(problem, pooled, per_run, spread, profiles, findings, unit=unit,
                                  sources=[str(Path(f).resolve()) for f in data],
                                  profile=prof, residual=residual, warnings=warnings)
@@ -163,6 +173,9 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
             click.echo(f"residual model, {residual['evaluated_on']}, {n}: RMS error "
                        f"{residual['rmse_without_raw'][n]:.4g} {u} -> {residual['rmse_with_raw'][n]:.4g} {u} "
                        f"(noise-weighted {residual['rmse_without'][n]:.3f} -> {residual['rmse_with'][n]:.3f})")
+        if residual.get("not_written"):
+            click.echo(f"residual model NOT written for the loop: {residual['not_written']} (a model applied "
+                       "without a feature it was fitted with is another model; it is reported for diagnosis)")
     click.echo(f"wrote {out}")
 
 
@@ -221,9 +234,18 @@ def _state_of(module, name: str, opt: str) -> str:
 
 
 def _feature_of(module, f: str) -> str:
-    """x.<state> (an output name reading one state accepted) or u.<input>; else BadInput."""
+    """x.<state> (an output name reading one state accepted), u.<input> or an extra feature
+    (e./since./trace.; its source is checked against the logs once read); else BadInput."""
+    from hil.calibration.residual import is_extra, parse_extra
+
     spec = module.SPEC
     kind, _, name = f.partition(".")
+    if is_extra(f):
+        try:
+            parse_extra(f)
+        except ValueError as exc:
+            raise BadInput(f"--residual-features: {exc}") from None
+        return f
     if kind == "x":
         return "x." + _state_of(module, name, f"--residual-features {f!r}")
     if kind == "u" and name in spec.names("inputs"):
@@ -231,4 +253,5 @@ def _feature_of(module, f: str) -> str:
     if kind == "u":
         raise BadInput(f"--residual-features {f!r}: {name!r} is not an input of {spec.name} "
                        f"(inputs: {', '.join(spec.names('inputs'))})")
-    raise BadInput(f"--residual-features {f!r}: expected x.<state> or u.<input>")
+    raise BadInput(f"--residual-features {f!r}: expected x.<state>, u.<input>, e.<column>, since.<signal> "
+                   "or trace.<signal>:<tau_s>")

@@ -104,6 +104,7 @@ class HilEnv(gym.Env):
         self.k = 0
         self.counts[:] = 0
         self.loop.x_out[:] = 0
+        self.loop.corr[4][:] = 0.0  # the residual model's event state: an episode starts fresh
         # the loop's initial publish (hil/runtime.py _publish_initial): sense at t = 0
         self.loop.sync_in()
         self.loop.publish_initial()

@@ -223,6 +223,7 @@ class HilVectorEnv(VectorEnv):
         self.Tp[rows] = 0.0
         self.K[rows] = 0
         self.counts[rows] = 0
+        self.C_incr[rows] = 0.0  # the residual model's event state: an episode starts fresh
         for i in rows:
             self.episodes[i] += 1
             self.drawn[i] = m.begin_episode(g, int(self.seeds[i]), int(self.episodes[i]), self.P[i])

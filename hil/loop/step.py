@@ -93,9 +93,13 @@ def actuate_stage(t, u_cmd, u_lo, u_hi, u_app, u_clip, counts, act_buf):
 
 @njit(cache=True, nogil=True)
 def correct_stage(x, u_app, dt, c_W, c_lo, c_scale, c_idx, c_incr, x_lo, x_hi, x_tol, x_out):
-    """Residual correction over dt (plant time unit; none when c_idx is empty), then the
-    state check: -1 if a state is not finite, else the number outside [lo - tol, hi + tol]
-    (x_out[i] += 1 for each)."""
+    """Residual correction over dt (plant time unit; none when c_idx is empty; c_incr also
+    carries the per-instance state of its event features: hil/calibration/residual.py), then
+    the state check: -1 if a state is not finite, else the number outside [lo - tol, hi + tol]
+    (x_out[i] += 1 for each).
+
+    Numba caches this function keyed on this file's time stamp only, not on apply_correction's
+    file: a change of the correction kernel's layout must touch this file too."""
     if c_idx.size:
         apply_correction(x, u_app, dt, c_W, c_lo, c_scale, c_idx, c_incr)
     return check_state(x, x_lo, x_hi, x_tol, x_out)
@@ -225,7 +229,8 @@ class LoopStep:
         if gaps is None:  # identity pipeline: its kernels copy (bit for bit)
             gaps = GapPipeline.build(None, spec, self.step_s, seed)
         self.gaps = gaps
-        self.corr = no_correction(spec) if correction is None else tuple(correction)
+        # the last array is this instance's buffer (increments and event state): never shared
+        self.corr = no_correction(spec) if correction is None else (*correction[:4], np.zeros_like(correction[4]))
         self.u_cmd = spec.nominal("inputs")
         self.u_clip = np.zeros(spec.n_inputs)
         self.y_meas = np.zeros(spec.n_outputs)
@@ -285,7 +290,7 @@ class LoopStep:
         pl, g = self.plant, self.gaps
         snap = pl.snapshot()
         saved = [(a, a.copy()) for a in (g._act_buf, g._sense_buf, self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas,
-                                         self.counts, self.x_out, self.row, self.tp)]
+                                         self.counts, self.x_out, self.row, self.tp, self.corr[4])]
         hooks, fused = self.hooks, self.fused
         self._entry = None
         try:

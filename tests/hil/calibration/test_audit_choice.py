@@ -10,13 +10,15 @@ from hil.calibration.audit import audit, chosen_fit, gather
 DO = {"noise_std": 0.4}
 
 
-def _fit(path, unit, created, model_error=None, findings=None, sensors=None):
+def _fit(path, unit, created, model_error=None, findings=None, sensors=None, residual=None):
     doc = {"sysid": {"plant": "bioreactor", "unit": unit, "n_runs": 3, "created": created,
                      "runs": ["run0", "run1", "run2"], "outputs": ["dissolved_oxygen"],
                      "files": [f"/logs/{unit}/run{i}.csv" for i in range(3)],
                      "estimates": {"mu_x": {"value": 0.1}},
                      "model_error": model_error or {}, "identifiability": findings or {}},
            "gaps": {"sensors": sensors if sensors is not None else {"dissolved_oxygen": DO}}}
+    if residual:
+        doc["sysid"]["residual_model"] = residual
     path.write_text(tomlw.dumps(doc, {}))
 
 
@@ -67,3 +69,19 @@ def test_no_scenario_is_said_so(tmp_path):
     cells = {c.gap: c for c in audit(tmp_path)}
     assert cells["sensor/noise"].evidence[0] == "no scenario on file"
     assert cells["dynamics"].status == "green"  # 3 runs, no finding, no misfit, no unit named
+
+
+def test_a_diagnosis_only_residual_model_is_not_offered_for_shipping(tmp_path):
+    """A residual model reading a logged column the loop lacks was not written: the dynamics
+    row says so instead of 'ship the residual model'."""
+    why = "feature 'trace.antifoam:86400' reads the logged column 'antifoam', which is no input of bioreactor"
+    res = {"states": ["dissolved_o2"], "evaluated_on": "held-out runs", "improvement": {"dissolved_oxygen": 0.5},
+           "rmse_without": {"dissolved_oxygen": 1.2}, "rmse_with": {"dissolved_oxygen": 0.6}, "not_written": why}
+    _fit(tmp_path / "f.toml", "BR-07", "2026-03-01T00:00:00+00:00", residual=res)
+    cells = {c.gap: c for c in audit(tmp_path)}
+    step = cells["dynamics"].next_step
+    assert cells["dynamics"].status == "amber"
+    assert "for diagnosis only" in step and "'antifoam'" in step and "ship the residual model" not in step
+    res.pop("not_written")
+    _fit(tmp_path / "f.toml", "BR-07", "2026-03-01T00:00:00+00:00", residual=res)
+    assert "ship the residual model" in {c.gap: c for c in audit(tmp_path)}["dynamics"].next_step

@@ -207,6 +207,10 @@ def test_sysid_cli_bad_log_exit_2_naming_column_and_row(project, tmp_path):
     (["--residual-states", "oxygen"], "--residual-states: 'oxygen' is not a state of bioreactor"),
     (["--residual-states", "co2", "--residual-features", "x.dissolved_oxygen,u.stirrer"],
      "'stirrer' is not an input of bioreactor"),
+    (["--residual-states", "co2", "--residual-features", "x.co2,trace.antifoam"],
+     "'trace.antifoam': a trace needs its time constant in s > 0"),
+    (["--residual-states", "co2", "--residual-features", "x.co2,since.antifoam"],
+     "'since.antifoam': 'antifoam' is neither an input of bioreactor nor an extra column of run 'run0'"),
     (["--drift", "oxygen"], "--drift: 'oxygen' is not an output of bioreactor"),
     (["--fit-lag", "pump"], "--fit-lag: 'pump' is not an input of bioreactor"),
 ])
