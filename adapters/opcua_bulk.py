@@ -30,7 +30,7 @@ A refused item raises `BulkAddError` naming the node id and the status code, lik
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from datetime import datetime, timezone
 
 from asyncua import ua
@@ -108,7 +108,7 @@ class _NodeMaker:
         self.now = datetime.now(timezone.utc)
         self.server_ts = self.now if service._aspace.force_server_timestamp else None
         self.shared: dict = {}  # (attribute id, variant type, is_array, value key) -> DataValue
-        self.refs: dict = {}  # (parent or type id, reference type) -> ReferenceDescription made by asyncua
+        self.refs: dict = {}  # (parent or type id, reference type) -> fields of the reference asyncua made
 
     def _value(self, aid, value, vtype, is_array: bool, memo: bool) -> ua.DataValue:
         key = _memo_key(value) if memo else None
@@ -158,13 +158,14 @@ class _NodeMaker:
         if template is None:
             scratch = NodeData(node.nodeid)
             make(scratch)
-            template = self.refs[key] = scratch.references[0] if scratch.references else False
+            template = self.refs[key] = {f.name: getattr(scratch.references[0], f.name) for f in
+                                         dataclasses.fields(ua.ReferenceDescription)} if scratch.references else False
         if template is False:  # asyncua added nothing (a parent without NodeClass)
             return
         for r in node.references:  # asyncua's unique-reference rule (a new node has one at most)
-            if r.ReferenceTypeId == template.ReferenceTypeId and r.NodeId == template.NodeId:
+            if r.ReferenceTypeId == template["ReferenceTypeId"] and r.NodeId == template["NodeId"]:
                 return
-        node.references.append(copy.copy(template))
+        node.references.append(ua.ReferenceDescription(**template))
 
 
 def add_nodes(iserver, items: list[ua.AddNodesItem]) -> int:
