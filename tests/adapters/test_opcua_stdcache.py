@@ -66,13 +66,28 @@ def test_cached_standard_space_equals_fresh_node_for_node(tmp_path):
         assert aid in attrs
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "header", "group_writable"])
-def test_damaged_or_foreign_cache_is_rebuilt_not_read(tmp_path, damage):
+@pytest.fixture(scope="module")
+def cache_bytes(tmp_path_factory) -> bytes:
+    """A valid cache file's bytes, written by one server start."""
+    path = tmp_path_factory.mktemp("stdcache") / "std.pickle"
+    asyncio.run(_server(path))
+    return path.read_bytes()
+
+
+def _cache(tmp_path, data: bytes):
     path = tmp_path / "std.pickle"
+    path.write_bytes(data)
+    os.chmod(path, 0o600)
+    return path
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "header", "group_writable"])
+def test_damaged_or_foreign_cache_is_rebuilt_not_read(tmp_path, damage, cache_bytes):
+    path = _cache(tmp_path, cache_bytes)
+    opcua_stdcache.read(path)  # valid before the damage
 
     async def run():
-        await _server(path)
-        data = path.read_bytes()
+        data = cache_bytes
         if damage == "truncate":
             path.write_bytes(data[: len(data) // 2])
         elif damage == "flip":
@@ -93,9 +108,8 @@ def test_damaged_or_foreign_cache_is_rebuilt_not_read(tmp_path, damage):
     opcua_stdcache.read(path)  # and valid
 
 
-def test_other_asyncua_version_is_not_read(tmp_path, monkeypatch):
-    path = tmp_path / "std.pickle"
-    asyncio.run(_server(path))
+def test_other_asyncua_version_is_not_read(tmp_path, monkeypatch, cache_bytes):
+    path = _cache(tmp_path, cache_bytes)
     monkeypatch.setattr(opcua_stdcache, "asyncua_version", lambda: "0.0-other")
     with pytest.raises(opcua_stdcache.CacheRejected, match="written by asyncua"):
         opcua_stdcache.read(path)
@@ -110,10 +124,9 @@ def test_cache_path_follows_the_environment(monkeypatch, tmp_path):
     assert opcua_stdcache.cache_path().parent == tmp_path / "own" / "opcua"
 
 
-def test_write_is_atomic_and_leaves_no_temporary(tmp_path):
+def test_write_is_atomic_and_leaves_no_temporary(tmp_path, cache_bytes):
     """A second writer replaces the file whole; a reader holding the first copy is unaffected."""
-    path = tmp_path / "std.pickle"
-    asyncio.run(_server(path))
+    path = _cache(tmp_path, cache_bytes)
     held = opcua_stdcache.read(path)
     nodes = {ua.NodeId.from_string(k): __import__("pickle").loads(v) for k, v in list(held.items())[:50]}
     opcua_stdcache.write(path, nodes)
