@@ -30,6 +30,7 @@ whose value or quality changed and stores them without asyncua's per-node write 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import threading
@@ -260,15 +261,14 @@ class OpcuaAdapter:
             props.insert(0, ("EURange", ua.Variant(rng, ua.VariantType.ExtensionObject), ua.ObjectIds.Range))
         for pname, value, dtype in props:
             pid = self._nid(f"{info.path}.{pname}")
+            text, qname, dtype_id = _property_names(pname, dtype)
             a = ua.VariableAttributes()
-            a.DisplayName = ua.LocalizedText(pname)
-            a.Description = ua.LocalizedText(pname)
-            a.DataType = ua.NodeId(dtype)
+            a.DisplayName = a.Description = text
+            a.DataType = dtype_id
             a.Value = value
             a.ValueRank = ua.ValueRank.Scalar
             a.AccessLevel = a.UserAccessLevel = ua.AccessLevel.CurrentRead.mask
-            items.append(_item(pid, nid, ua.QualifiedName(pname, 0), a, ua.ObjectIds.HasProperty,
-                               ua.ObjectIds.PropertyType))
+            items.append(_item(pid, nid, qname, a, ua.ObjectIds.HasProperty, ua.ObjectIds.PropertyType))
         return items
 
     # ---- values ----
@@ -481,6 +481,19 @@ class OpcuaAdapter:
         return self.guard.counters()
 
 
+@functools.lru_cache(maxsize=None)
+def _property_names(pname: str, dtype: int) -> tuple:
+    """(LocalizedText, QualifiedName, DataType NodeId) of a property, one set shared by all the
+    nodes that have that property (asyncua never edits these in place)."""
+    return ua.LocalizedText(pname), ua.QualifiedName(pname, 0), ua.NodeId(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _node_id(numeric: int) -> ua.NodeId:
+    """A namespace-0 NodeId, shared (reference and type definition ids of every item)."""
+    return ua.NodeId(numeric)
+
+
 def _attrs(name: str, desc: str, vtype, writable: bool, sampling_ms: float) -> ua.VariableAttributes:
     a = ua.VariableAttributes()
     a.DisplayName = ua.LocalizedText(name)
@@ -502,7 +515,7 @@ def _item(nid, parent, qname, attrs, reftype: int, typedef: int) -> ua.AddNodesI
     item.BrowseName = qname
     item.NodeClass = ua.NodeClass.Variable
     item.ParentNodeId = parent
-    item.ReferenceTypeId = ua.NodeId(reftype)
-    item.TypeDefinition = ua.NodeId(typedef)
+    item.ReferenceTypeId = _node_id(reftype)
+    item.TypeDefinition = _node_id(typedef)
     item.NodeAttributes = attrs
     return item

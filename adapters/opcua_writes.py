@@ -278,9 +278,29 @@ class GuardedSession(InternalSession):
 
 
 class GuardedInternalServer(InternalServer):
-    """asyncua InternalServer whose client sessions are `GuardedSession`s."""
+    """asyncua InternalServer whose client sessions are `GuardedSession`s.
+
+    `standard_cache`: a file (adapters/opcua_stdcache.py) to read asyncua's standard address
+    space from instead of building it, and to write it to after building it; None (the
+    default): built every time, as asyncua does. `standard_space_note` says which happened.
+    """
 
     guard: WriteGuard | None = None
+    standard_cache = None
+    standard_space_note = "built"
+
+    async def load_standard_address_space(self, shelf_file=None) -> None:
+        if shelf_file is not None or self.standard_cache is None:
+            await super().load_standard_address_space(shelf_file)
+            return
+        from adapters import opcua_stdcache
+
+        why = opcua_stdcache.load_into(self.aspace, self.standard_cache)
+        if why is None:
+            self.standard_space_note = f"read from {self.standard_cache}"
+            return
+        await super().load_standard_address_space(None)
+        self.standard_space_note = f"built ({why}); " + opcua_stdcache.store(self.aspace, self.standard_cache)
 
     def create_session(self, name, user=User(role=UserRole.Anonymous), external=False):
         if self.guard is None:
