@@ -18,9 +18,9 @@ sample is never delivered after a newer one):
 
 D is the largest delay any channel of the line can draw (`channel_bound_s`: max_delay_s, or
 less where the distribution is bounded, e.g. a constant 120 s delay under max_delay_s = 300 s
-needs 128 slots, not 512): the ring is the memory one instance's step walks through, so a ring
-sized to the delays actually possible keeps the vector env's hot lines in cache (issue 18). The
-delivered values do not depend on M (any M >= ceil(D / step_s) + 2 gives the same outputs).
+needs 128 slots, not 512): less memory per instance (the vector env keeps N copies; issue 18),
+though a step reads the same few ring lines either way. The delivered values do not depend on
+M (any M >= ceil(D / step_s) + 2 gives the same outputs).
 
 Times compare with a tolerance of 1e-6 * step_s (float round-off of t_k), so a constant delay
 of m * step_s delivers, at t_k, exactly the value pushed at t_{k-m}. Before the first delivery
