@@ -11,7 +11,6 @@ hil/gym/vector.py's numpy path (which stays as the reference, `fused=False`):
     clipped_i, features (Bad outputs held/substituted, deltas) -> obs_i
     status -> diverged / out of bounds, [gym].limits -> terminated_i, reward_of(...) -> reward_i,
     truncated_i, autoreset_i
-    obs_i, x_i, y_i, u_applied_i, bad_i -> the step's result arrays (OUTPUTS: fresh every step)
 
 with the reward expression compiled into the kernel (hil/gym/exprgen.py) and the next
 instances' gap arenas and rows prefetched (hil/gym/prefetch.py). Scratch (the RK4 work arrays,
@@ -59,11 +58,7 @@ ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, 
         "feat_index, feat_dpos, FO, good, bad, fprev, first, obs, mode, sub_index, sub_value, "
         "DU, reward, terminated, truncated, diverged, out_b, limit_b, clipped, "
         "lim_y, lim_index, lim_lo, lim_hi, state_bounds, terminal_reward, max_steps, "
-        "pf_act, pf_act_ring, pf_sen, pf_sen_ring, pf_dist, rows_step, obs_out, x_out, y_out, u_out, bad_out")
-#: the step's results: arrays the kernel only writes (every row), fresh ones each step, so the
-#: env hands them out without copying rows back from memory after the sweep (HilVectorEnv)
-OUTPUTS = ("reward", "terminated", "truncated", "diverged", "out_b", "limit_b", "clipped",
-           "obs_out", "x_out", "y_out", "u_out", "bad_out")
+        "pf_act, pf_act_ring, pf_sen, pf_sen_ring, pf_dist, rows_step")
 
 MODE_HOLD, MODE_SUBSTITUTE, MODE_NAN = 0, 1, 2
 MODES = {"hold": MODE_HOLD, "substitute": MODE_SUBSTITUTE, "nan": MODE_NAN}
@@ -154,16 +149,6 @@ _ROW = '''
         diverged[i] = dv and ri
         out_b[i] = ob and ri
         limit_b[i] = lim and ri
-        # the step's results, written while the instance's rows are in cache
-        for f in range(obs.shape[1]):
-            obs_out[i, f] = obs[i, f]
-        for j in range(X.shape[1]):
-            x_out[i, j] = X[i, j]
-        for j in range(n_y):
-            y_out[i, j] = Y[i, j]
-            bad_out[i, j] = bad[i, j]
-        for j in range(Uapp.shape[1]):
-            u_out[i, j] = Uapp[i, j]
 '''
 
 _PREFETCH = '''

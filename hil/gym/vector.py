@@ -36,7 +36,7 @@ from gymnasium.vector.utils import batch_space
 from numba.core.typing.typeof import Purpose, typeof
 
 from hil.gaps.pipeline import A_AS, A_I, A_T, A_V, S_I, S_PROF, S_T, S_V
-from hil.gym.fused import ARGS, MODES, OUTPUTS, PREFETCH_DISTANCE, gym_kernels
+from hil.gym.fused import MODES, PREFETCH_DISTANCE, gym_kernels
 from hil.gym.prefetch import arena_plan
 from hil.loop.step import LoopStep, fused_kernels, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
@@ -157,11 +157,6 @@ class HilVectorEnv(VectorEnv):
         self.terminated, self.truncated = np.zeros(N, bool), np.zeros(N, bool)
         self.diverged, self.out_b, self.limit_b = np.zeros(N, bool), np.zeros(N, bool), np.zeros(N, bool)
         self.clipped = np.zeros(N, dtype=np.int64)
-        n_f = len(self.feature_names)
-        self.obs_out, self.x_out, self.y_out = np.zeros((N, n_f)), np.zeros((N, m.n_x)), np.zeros((N, m.n_y))
-        self.u_out, self.bad_out = np.zeros((N, m.n_u)), np.zeros((N, m.n_y), dtype=bool)
-        names = [a.strip() for a in ARGS.split(",")]
-        self._out_pos = [names.index(k) for k in OUTPUTS]  # where each result sits in the arguments
         profs = m.profiles
         self._prof = (np.array([p.index for p in profs], dtype=np.int64),
                       np.cumsum([0] + [p.times.size for p in profs]).astype(np.int64),
@@ -196,8 +191,7 @@ class HilVectorEnv(VectorEnv):
                 r(self.obs), MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
                 du, r(self.reward), r(self.terminated), r(self.truncated), r(self.diverged), r(self.out_b),
                 r(self.limit_b), r(self.clipped), *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward),
-                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE, int(self.record_rows),
-                r(self.obs_out), r(self.x_out), r(self.y_out), r(self.u_out), r(self.bad_out))
+                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE, int(self.record_rows))
 
     def _bind_fused(self) -> list:
         """(compiled entry point, arguments) per block: the kernel called without Numba's
@@ -328,27 +322,18 @@ class HilVectorEnv(VectorEnv):
         calls = self._fused_calls
         if calls is None:  # first step: compile or load from Numba's cache, bind the blocks
             calls = self._fused_calls = self._bind_fused()
-        # fresh result arrays (the caller keeps them; the kernel writes every row of each)
-        outs = tuple(np.empty_like(getattr(self, k)) for k in OUTPUTS)
-        bound = []
-        for (fn, args), (lo, hi) in zip(calls, self._blocks):
-            args = list(args)
-            for p, arr in zip(self._out_pos, outs):
-                args[p] = arr[lo:hi]
-            bound.append((fn, args))
-        if len(bound) == 1:
-            bound[0][0](*bound[0][1])
+        if len(calls) == 1:
+            calls[0][0](*calls[0][1])
         else:  # one block per core: the kernel releases the GIL; this thread takes the first
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(len(bound) - 1, thread_name_prefix="hil-gym")
-            futures = [self._pool.submit(fn, *args) for fn, args in bound[1:]]
-            bound[0][0](*bound[0][1])
+                self._pool = ThreadPoolExecutor(len(calls) - 1, thread_name_prefix="hil-gym")
+            futures = [self._pool.submit(fn, *args) for fn, args in calls[1:]]
+            calls[0][0](*calls[0][1])
             for fut in futures:
                 fut.result()
-        for k, arr in zip(OUTPUTS, outs):  # the last step's results, as before
-            setattr(self, k, arr)
-        (reward, terminated, truncated, diverged, out_b, limit_b, clipped, obs, x, y, u, bad) = outs
-        info = {"x": x, "y": y, "u_applied": u, "clipped": clipped, "diverged": diverged,
-                "state_out_of_bounds": out_b, "limit": limit_b, "episode_index": self.episodes.copy(),
-                "seed": self.seeds.copy(), "t_s": self.K * self.model.step_s, "bad_outputs": bad}
-        return obs, reward, terminated, truncated, info
+        t_end = self.K * self.model.step_s
+        info = {"x": self.X.copy(), "y": self.Y.copy(), "u_applied": self.Uapp.copy(), "clipped": self.clipped.copy(),
+                "diverged": self.diverged.copy(), "state_out_of_bounds": self.out_b.copy(),
+                "limit": self.limit_b.copy(), "episode_index": self.episodes.copy(), "seed": self.seeds.copy(),
+                "t_s": t_end, "bad_outputs": self.features.bad.copy()}
+        return self.obs.copy(), self.reward.copy(), self.terminated.copy(), self.truncated.copy(), info

@@ -185,9 +185,8 @@ def test_numpy_path_is_used_where_the_step_is_not_specialised():
 
 
 def test_fused_step_hands_out_fresh_arrays():
-    """The results are written by the kernel into new arrays every step (hil/gym/fused.py
-    OUTPUTS): arrays a caller kept (a replay buffer) are never overwritten by a later step,
-    and no two results share memory."""
+    """Arrays a caller kept from a step (a replay buffer) are never overwritten by a later
+    step, and no result shares memory with another or with the env's own arrays."""
     venv = hil.gym.make_vec(CONFIG, 40, parallel=True)
     assert venv.fused and len(venv._blocks) == 2  # both blocks write into the fresh arrays
     venv.reset(seed=5)
