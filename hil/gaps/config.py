@@ -7,8 +7,9 @@ Omitted keys mean "this gap is off". Schema (TOML):
     [gaps]
     enabled = true            # master switch; false = identity pipeline
     max_delay_s = 10.0        # delay buffer limit: every delay is <= this (ring of
-                              # ceil(max_delay_s / loop.step_s) + 2 slots rounded up to a
-                              # power of two, at most 2**20)
+                              # ceil(D / loop.step_s) + 2 slots rounded up to a power of two,
+                              # at most 2**20; D = the largest delay the channels can draw,
+                              # <= max_delay_s: hil/gaps/latency.py channel_bound_s)
 
     [gaps.sensors.<output>]   # applied in this order, at the sensor's sample instants:
     gain = 1.0                #   y = gain * y_true + bias + drift * t_s + random walk

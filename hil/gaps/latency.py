@@ -6,7 +6,7 @@ d_k (s, simulated) per call k for all of its signals (a group read or written in
 Signals in no channel pass through undelayed.
 
 Call k at time t_k pushes the current values with arrival time a_k = t_k + d_k into a ring of
-M >= ceil(max_delay_s / step_s) + 2 slots (a power of two, sized once; every d_k is clipped to [min_s, max_s] with
+M >= ceil(D / step_s) + 2 slots (a power of two, sized once; every d_k is clipped to [min_s, max_s] with
 max_s <= max_delay_s, so no undelivered sample is ever overwritten), then outputs, per channel,
 the newest *delivered* sample. Delivery rule (both keep the delivered sample index monotone, so a
 sample is never delivered after a newer one):
@@ -15,6 +15,12 @@ sample is never delivered after a newer one):
            at time t when e_j <= t; a late sample holds back the newer ones queued behind it.
     latest (UDP-like, sequence-numbered): the output is the sample j with the largest j among
            those with a_j <= t; samples overtaken by a newer delivered one are never shown.
+
+D is the largest delay any channel of the line can draw (`channel_bound_s`: max_delay_s, or
+less where the distribution is bounded, e.g. a constant 120 s delay under max_delay_s = 300 s
+needs 128 slots, not 512): less memory per instance (the vector env keeps N copies; issue 18),
+though a step reads the same few ring lines either way. The delivered values do not depend on
+M (any M >= ceil(D / step_s) + 2 gives the same outputs).
 
 Times compare with a tolerance of 1e-6 * step_s (float round-off of t_k), so a constant delay
 of m * step_s delivers, at t_k, exactly the value pushed at t_{k-m}. Before the first delivery
@@ -139,12 +145,38 @@ def ring_slots(max_delay_s: float, step_s: float) -> int:
     return 1 << (need - 1).bit_length()
 
 
+def channel_bound_s(ch: dict, packed_high_s: float | None, max_delay_s: float,
+                    randomized: bool = False) -> float:
+    """The largest delay (s) channel `ch` (a LatencyChannel as a dict) can draw: every draw is
+    min(max(dist + jitter, min_s), L_MAX) with L_MAX = min(max_s, max_delay_s) (draw_delay), so
+    the bound is min(L_MAX, max(dist_max + jitter_s, min_s)) where the distribution is bounded
+    (constant: value_s, uniform: high_s, empirical: its largest sample, profile: packed_high_s,
+    its largest sample or last histogram edge) and L_MAX where it is not (normal, lognormal).
+    randomized: some field of the channel is drawn per episode, so only the clip is a bound
+    (L_MAX; max_delay_s when max_s itself is drawn)."""
+    l_max = max_delay_s if ch["max_s"] is None else min(ch["max_s"], max_delay_s)
+    if randomized:
+        return l_max
+    dist = ch["dist"]
+    if dist == "constant":
+        top = ch["value_s"]
+    elif dist == "uniform":
+        top = ch["high_s"]
+    elif dist == "empirical":
+        top = max(ch["samples_s"])
+    elif dist == "profile" and packed_high_s is not None:
+        top = packed_high_s
+    else:
+        return l_max
+    return min(l_max, max(top + ch["jitter_s"], ch["min_s"]))
+
+
 def channel_row(ch: dict, packed: tuple[int, int, int] | None, max_delay_s: float,
                 step_s: float, row: np.ndarray) -> None:
     """Kernel parameters of one channel into `row` (N_PARAMS,).
 
     ch: a LatencyChannel as a dict (model_dump, possibly with randomized fields);
-    packed: (kind, offset, n) of its samples/histogram in the packed profile array, or None;
+    packed: (kind, offset, n, low, [high]) of its samples/histogram in the packed profile array, or None;
     kind is D_SAMPLES, D_SEQUENCE or D_HIST. low bound of draws -> L_DMIN (used by 'latest').
     """
     row[:] = 0.0
@@ -162,7 +194,7 @@ def channel_row(ch: dict, packed: tuple[int, int, int] | None, max_delay_s: floa
         row[L_DIST], row[L_P1], row[L_P2] = D_LOGNORMAL, math.log(ch["median_s"]), ch["sigma"]
         low = 0.0
     else:
-        kind, off, n, low = packed
+        kind, off, n, low = packed[:4]
         row[L_DIST], row[L_OFF], row[L_N] = kind, off, n
     row[L_JIT] = jit
     row[L_MIN] = ch["min_s"]
@@ -176,14 +208,21 @@ class DelayLine:
     """Delay channels of one direction (observation or actuation), allocated once.
 
     channels: list of (channel dict, signal indices, packed-profile tuple or None);
-    prof: the packed profile array the tuples point into.
+    prof: the packed profile array the tuples point into; bounds_s: the largest delay (s) each
+    channel can draw (`channel_bound_s`), or None: max_delay_s for every channel. The ring
+    holds ceil(max(bounds_s) / step_s) + 2 slots (a power of two); `set` refuses a channel
+    whose delays could exceed that (`bound_s`).
     """
 
     def __init__(self, channels: list, n_sig: int, step_s: float, max_delay_s: float,
-                 prof: np.ndarray | None = None):
+                 prof: np.ndarray | None = None, bounds_s: list[float] | None = None):
         n_ch = len(channels)
         self.step_s, self.max_delay_s = step_s, max_delay_s
-        self.m = ring_slots(max_delay_s, step_s) if n_ch else 1
+        if bounds_s is not None and len(bounds_s) != n_ch:
+            raise ValueError(f"bounds_s: {len(bounds_s)} bounds for {n_ch} channels")
+        #: the largest delay (s) the ring holds
+        self.bound_s = min(max(bounds_s), max_delay_s) if bounds_s else max_delay_s
+        self.m = ring_slots(self.bound_s, step_s) if n_ch else 1
         if self.m > MAX_SLOTS:
             raise ValueError(f"max_delay_s = {max_delay_s} s at step {step_s} s needs {self.m} "
                              f"ring slots (limit {MAX_SLOTS})")
@@ -201,7 +240,15 @@ class DelayLine:
             self.set(c, ch)
 
     def set(self, c: int, ch: dict) -> None:
-        channel_row(ch, self.packed[c], self.max_delay_s, self.step_s, self.L[c])
+        """Channel c's parameters (a LatencyChannel dict). ValueError if its delays could exceed
+        the ring's bound_s (a ring sized for shorter delays would overwrite undelivered samples)."""
+        packed = self.packed[c]
+        high = packed[4] if packed is not None and len(packed) > 4 else None
+        b = channel_bound_s(ch, high, self.max_delay_s)
+        if b > self.bound_s:
+            raise ValueError(f"latency channel {c}: delays up to {b} s exceed the {self.bound_s} s "
+                             f"its ring of {self.m} slots was sized for")
+        channel_row(ch, packed, self.max_delay_s, self.step_s, self.L[c])
 
     @property
     def active(self) -> bool:

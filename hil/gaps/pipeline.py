@@ -89,7 +89,9 @@ def _check_vector(a, n: int, name: str, writable: bool = False) -> None:
 
 
 def _pack_channels(chans: dict[str, LatencyChannel], spec, kind: str):
-    """[(channel dict, signal indices, packed tuple)], packed profile array, names."""
+    """[(channel dict, signal indices, packed tuple)], packed profile array, names.
+    packed tuple: (kind, offset, n, lowest delay s, highest delay s) of a channel's samples or
+    histogram."""
     chunks, out, names, off = [], [], [], 0
     for name, ch in chans.items():
         sigs = [spec.index(kind, s) for s in (ch.signals or [name])]
@@ -97,22 +99,29 @@ def _pack_channels(chans: dict[str, LatencyChannel], spec, kind: str):
         if ch.dist in ("empirical", "profile"):
             if ch.dist == "empirical":
                 data, n, d = np.asarray(ch.samples_s, np.float64), len(ch.samples_s), lat.D_SAMPLES
-                low = float(data.min())
+                low, high = float(data.min()), float(data.max())
             else:
                 series = select_series(load_profile(ch.file), ch.series)
                 data, n = series.packed()
-                low = series.low
+                low, high = series.low, series.high
                 if series.samples is None:
                     d = lat.D_HIST
                 else:
                     d = lat.D_SEQUENCE if ch.replay == "sequence" else lat.D_SAMPLES
-            packed = (d, off, n, low)
+            packed = (d, off, n, low, high)
             chunks.append(data)
             off += data.size
         out.append((ch.model_dump(), sigs, packed))
         names.append(name)
     prof = np.concatenate(chunks) if chunks else np.zeros(1)
     return out, prof, names
+
+
+def _bounds(packed_channels: list, names: list[str], max_delay_s: float, randomized: dict) -> list[float]:
+    """The largest delay (s) of each packed channel (_pack_channels' order); a channel with a
+    field drawn per episode (`randomized`: {name: fields}) is bounded by its clip only."""
+    return [lat.channel_bound_s(ch, None if packed is None else packed[4], max_delay_s, bool(randomized.get(name)))
+            for (ch, _, packed), name in zip(packed_channels, names)]
 
 
 class GapPipeline:
@@ -149,9 +158,13 @@ class GapPipeline:
                           "actuation": {n: c[0] for n, c in zip(acn_names, acn)}}
         self._chan_idx = {"observation": {n: i for i, n in enumerate(obs_names)},
                           "actuation": {n: i for i, n in enumerate(acn_names)}}
-        try:
-            self.observation = lat.DelayLine(obs, n_out, step_s, sec.max_delay_s, obs_prof)
-            self.actuation = lat.DelayLine(acn, n_in, step_s, sec.max_delay_s, acn_prof)
+        try:  # rings sized to the delays each channel can draw (hil/gaps/latency.py channel_bound_s)
+            self.observation = lat.DelayLine(obs, n_out, step_s, sec.max_delay_s, obs_prof,
+                                             _bounds(obs, obs_names, sec.max_delay_s,
+                                                     rz.latency.get("observation", {})))
+            self.actuation = lat.DelayLine(acn, n_in, step_s, sec.max_delay_s, acn_prof,
+                                           _bounds(acn, acn_names, sec.max_delay_s,
+                                                   rz.latency.get("actuation", {})))
         except ValueError as exc:
             raise ConfigError("gaps.max_delay_s", str(exc)) from None
         self._targets = self._gap_targets(rz)

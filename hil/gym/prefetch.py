@@ -1,12 +1,13 @@
 """Software prefetch of the next instances' gap arenas, for the vector env's batch step.
 
 Why: one instance's gap arenas (hil/gaps/arena.py: parameters, states, streams and the delay
-rings of the actuation and observation lines) are ~120 kB for bioreactor_gym (rings of 512
-slots), of which one step reads ~6 kB at a few places: the front (header, channel parameters,
-counters, streams), the tail (sigch, profiles, actuator/sensor parameters and states), and a
-few ring lines (the slot written this step, the next slot to deliver per channel). Over 1024
-instances that is ~9 MB scattered over 120 MB, so most of those lines come from L3 or DRAM,
-one dependent miss after another. While instance i is stepped, these prefetches ask for the
+rings of the actuation and observation lines) are ~75 kB for bioreactor_gym (an actuation ring
+of 512 slots: its normal coolant delay is bounded only by max_delay_s = 300 s; an observation
+ring of 128 slots for its 120 s glucose delay), of which one step reads ~7 kB at a few places:
+the front (header, channel parameters, counters, streams), the tail (sigch, profiles,
+actuator/sensor parameters and states), and a few ring lines (the slot written this step, the
+next slot to deliver per channel). Over 1024 instances that is ~7 MB scattered over 75 MB, so
+most of those lines come from L3 or DRAM, one dependent miss after another. While instance i is stepped, these prefetches ask for the
 lines instance i + 2 d (front and tail, whose addresses are fixed) and instance i + d (ring
 lines, whose addresses depend on the counters fetched d instances earlier) will read.
 

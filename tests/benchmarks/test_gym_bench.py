@@ -18,3 +18,22 @@ def test_quick_run_evaluates_the_cpu_goal():
     assert res["goal_met"] is res["goals_met"]["cpu_us_per_instance_step"]
     assert "goal_1e6_met" not in res  # no goal from a load-dependent wall rate
     assert res["quick"] is True  # so results.py refuses to publish it
+
+
+@pytest.mark.timeout(600)
+def test_stage_profile_reports_every_stage():
+    """benchmarks/gym_stages.py: every stage timed over the same repeats, the derived figures
+    are the differences they claim to be, the arenas and rings it reports are the env's."""
+    res = run_quick("gym_stages", "--n", "64")
+    cpu = res["cpu_us_per_instance_step"]
+    assert set(cpu) == {"step", "fused_kernel", "fused_without_loop", "loop_batch_step", "plant",
+                        "actuation_gaps", "sensing_gaps"}
+    assert all(len(v["repeats"]) >= 3 and v["median"] > 0 for v in cpu.values())
+    assert set(res["hot_us_per_instance_step"]) == {"plant", "actuation_gaps", "sensing_gaps", "fused_kernel"}
+    d = res["derived_us"]
+    assert d["python_per_call"] == pytest.approx(cpu["step"]["median"] - cpu["fused_kernel"]["median"])
+    assert d["gaps"] == pytest.approx(cpu["actuation_gaps"]["median"] + cpu["sensing_gaps"]["median"])
+    assert res["instances"] == 64 and res["quick"] is True
+    # bioreactor_gym: observation delays up to 120 s (glucose, constant) -> 128 slots; the coolant's
+    # normal actuation delay is bounded only by max_delay_s = 300 s -> 512 slots
+    assert res["ring_slots"] == {"actuation": 512, "observation": 128}

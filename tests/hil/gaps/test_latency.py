@@ -153,3 +153,86 @@ def test_ring_is_a_power_of_two_covering_the_max_delay():
     g = build({"max_delay_s": 1.0, "latency": {"observation": {"level": {"value_s": 1.0}}}})
     m = run_sense(g, ramp, 100, STEP)
     np.testing.assert_allclose(m[10:, 0], np.arange(90) * STEP, atol=1e-12)
+
+
+# ---- rings sized to the delays a channel can draw (channel_bound_s; issue 18) ----
+
+
+def _channel(**kw) -> dict:
+    from hil.gaps.config import LatencyChannel
+
+    return LatencyChannel(**kw).model_dump()
+
+
+@pytest.mark.parametrize("kw, randomized, want", [
+    ({"value_s": 1.2}, False, 1.2),                                           # constant
+    ({"value_s": 1.2, "jitter_s": 0.3}, False, 1.5),                          # + jitter
+    ({"value_s": 9.0}, False, 5.0),                                           # clipped to max_delay_s
+    ({"value_s": 1.2, "max_s": 1.0}, False, 1.0),                             # clipped to max_s
+    ({"value_s": 0.1, "min_s": 0.7}, False, 0.7),                             # raised to min_s
+    ({"dist": "uniform", "low_s": 0.2, "high_s": 0.9}, False, 0.9),
+    ({"dist": "empirical", "samples_s": [0.1, 2.5, 0.3]}, False, 2.5),
+    ({"dist": "normal", "mean_s": 0.2, "std_s": 0.01}, False, 5.0),           # unbounded: the clip
+    ({"dist": "lognormal", "median_s": 0.2, "sigma": 0.1, "max_s": 2.0}, False, 2.0),
+    ({"value_s": 1.2, "max_s": 3.0}, True, 3.0),                              # drawn per episode: the clip
+])
+def test_channel_bound_is_the_largest_delay_a_channel_can_draw(kw, randomized, want):
+    assert lat.channel_bound_s(_channel(**kw), None, 5.0, randomized) == pytest.approx(want, abs=1e-12)
+
+
+def test_channel_bound_holds_for_every_draw():
+    """No draw of draw_delay exceeds the bound (jitter, clip, the uniform's top end)."""
+    for kw in ({"dist": "uniform", "low_s": 0.2, "high_s": 0.9, "jitter_s": 0.05},
+               {"dist": "empirical", "samples_s": [0.1, 0.4], "jitter_s": 0.02},
+               {"dist": "normal", "mean_s": 1.0, "std_s": 2.0, "max_s": 2.0}):
+        g = build({"max_delay_s": 3.0, "latency": {"observation": {"level": kw}}})
+        line = g.observation
+        bound = line.bound_s
+        L, I, R = line.L.copy(), line.I.copy(), line.R.copy()
+        d = np.array([lat.draw_delay(L, 0, I, R, line.prof) for _ in range(20000)])
+        assert d.max() <= bound and d.max() > 0.8 * bound  # tight, and never above
+
+
+def test_ring_is_sized_to_the_channels_not_to_max_delay_s():
+    g = build({"max_delay_s": 100.0, "latency": {
+        "observation": {"level": {"value_s": 1.0}, "temp": {"dist": "uniform", "low_s": 0.1, "high_s": 0.5}},
+        "actuation": {"valve": {"dist": "normal", "mean_s": 0.2, "std_s": 0.05}}}})
+    assert g.observation.bound_s == 1.0 and g.observation.m == lat.ring_slots(1.0, STEP) == 16
+    assert g.actuation.bound_s == 100.0 and g.actuation.m == lat.ring_slots(100.0, STEP)  # normal: unbounded
+    # a field drawn per episode: only the clip bounds it, and the draws fit the ring
+    g = build({"max_delay_s": 100.0, "latency": {"observation": {"level": {"value_s": 1.0, "max_s": 4.0}}},
+               "randomize": {"latency": {"observation": {"level": {
+                   "value_s": {"dist": "uniform", "low": 0.5, "high": 3.9}}}}}})
+    assert g.observation.bound_s == 4.0
+    for episode in range(5):
+        drawn = g.randomize(np.array([1.0, 0.2]), episode)
+        assert 0.5 <= drawn["gaps.latency.observation.level.value_s"] <= 3.9
+
+
+@pytest.mark.parametrize("order", ["fifo", "latest"])
+def test_outputs_do_not_depend_on_the_ring_length(order):
+    """The same channels and streams through a ring sized to the channels' bound and one sized
+    to max_delay_s (the former sizing) deliver identical values, bit for bit."""
+    chans = [(_channel(dist="uniform", low_s=0.05, high_s=0.45, jitter_s=0.05, order=order), [0], None),
+             (_channel(value_s=0.3, order=order), [1], None),
+             (_channel(dist="lognormal", median_s=0.1, sigma=0.9, max_s=0.6, order=order), [2, 3], None)]
+    lines = [lat.DelayLine(chans, 5, STEP, 20.0), lat.DelayLine(chans, 5, STEP, 20.0, bounds_s=[
+        lat.channel_bound_s(c, None, 20.0) for c, _, _ in chans])]
+    assert lines[0].m == 256 and lines[1].m == 8
+    for line in lines:
+        line.reset(lambda R: R.__setitem__(slice(None), np.arange(1, R.size + 1, dtype=np.uint64) * 977))
+    out = [np.zeros(5), np.zeros(5)]
+    x = np.zeros(5)
+    for k in range(3000):
+        x[:] = np.sin(0.37 * k + np.arange(5))
+        for line, o in zip(lines, out):
+            line.apply(k * STEP, x, o)
+        np.testing.assert_array_equal(out[0], out[1])
+
+
+def test_a_channel_set_beyond_its_ring_is_refused():
+    g = build({"max_delay_s": 100.0, "latency": {"observation": {"level": {"value_s": 1.0}}}})
+    with pytest.raises(ValueError, match="exceed"):
+        g.observation.set(0, _channel(value_s=5.0))
+    g.observation.set(0, _channel(value_s=0.5))  # shorter: fine
+    assert g.observation.L[0, lat.L_P1] == 0.5

@@ -182,3 +182,24 @@ def test_numpy_path_is_used_where_the_step_is_not_specialised():
     venv = hil.gym.make_vec(CONFIG, 2, fused=False)
     assert not venv.fused and venv._fused_kernel is None
     assert math.isfinite(float(venv.reset(seed=0)[0].sum()))
+
+
+def test_fused_step_hands_out_fresh_arrays():
+    """Arrays a caller kept from a step (a replay buffer) are never overwritten by a later
+    step, and no result shares memory with another or with the env's own arrays."""
+    venv = hil.gym.make_vec(CONFIG, 40, parallel=True)
+    assert venv.fused and len(venv._blocks) == 2  # both blocks write into the fresh arrays
+    venv.reset(seed=5)
+    a = np.tile(venv.single_action_space.sample(), (40, 1))
+    first = venv.step(a)
+    kept = [np.array(x, copy=True) for x in first[:4]] + [np.array(first[4][k], copy=True) for k in ("x", "y", "u_applied")]
+    second = venv.step(a)
+    for was, now in zip(kept, [*first[:4], first[4]["x"], first[4]["y"], first[4]["u_applied"]]):
+        np.testing.assert_array_equal(was, now)  # untouched by the second step
+    assert not np.array_equal(first[4]["x"], second[4]["x"])  # the state moved on
+    arrays = [*second[:4], *(second[4][k] for k in ("x", "y", "u_applied", "clipped", "diverged",
+                                                    "state_out_of_bounds", "limit", "bad_outputs"))]
+    arrays += [venv.X, venv.Y, venv.Uapp, venv.obs, venv.features.bad]
+    for i, p in enumerate(arrays):
+        for q in arrays[i + 1:]:
+            assert not np.shares_memory(p, q)
