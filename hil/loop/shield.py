@@ -39,7 +39,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.core.errors import NumbaExperimentalFeatureWarning
 
 from hil.safety.projection import Projector, plant_module, project_kernel
@@ -249,6 +249,11 @@ class Shield:
             self._into_entry = LoopStep._bind(shield_into, args)
         return code
 
+    def bind(self, proposal, y, u, prev, dt_s: float, out, u_cmd, apply_index, apply_pos) -> "BoundShield":
+        """The loop's form of `step_into` with these arrays fixed (BoundShield): one object and
+        three scalars per step instead of 45 arguments."""
+        return BoundShield(self, proposal, y, u, prev, dt_s, out, u_cmd, apply_index, apply_pos)
+
     def step(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
              prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool = True) -> int:
         """One shield step (see shield_kernel): `out` gets the action; returns the source code.
@@ -272,3 +277,91 @@ class Shield:
 
             self._entry = LoopStep._bind(shield_kernel, args)
         return code
+
+
+# ---- the loop's bound form: every array fixed, one object argument per step ----
+#
+# A call of shield_into from Python unboxes its 45 arguments every step (23 arrays, the fill's
+# 18-array tuple, the fill as a first-class function): ~30 us of the loop's decide stage on an
+# idle machine, more than the kernel itself (benchmarks/shield.py `decide_call`). In the loop
+# every one of those arrays is the same object from step to step (the loop's y, u, u_cmd, the
+# endpoint's proposal buffer, the shield's own arrays), so they are held once in a Numba
+# jitclass instance and a step passes that instance and three scalars.
+
+_BOUND_FIELDS = ("fill_args", "prop", "y", "u", "prev", "lo", "hi", "rate", "W", "Wz", "b0", "By", "Bu", "scale",
+                 "reads_y", "reads_u", "fb_kind", "fb_value", "fb_iq", "fb_idq", "fb_kp", "fb_kd", "act_u", "q_ref",
+                 "state", "a", "out", "lo_eff", "hi_eff", "src", "bvec", "work", "band_lo", "band_hi", "u_cmd",
+                 "apply_index", "apply_pos", "dt_s", "m_static", "max_age_steps", "max_iter")
+_BOUND_CLASSES: dict = {}
+
+
+def _bound_class(types: tuple):
+    """The jitclass holding _BOUND_FIELDS of these Numba types (one class per type tuple)."""
+    cls = _BOUND_CLASSES.get(types)
+    if cls is None:
+        from numba.experimental import jitclass
+
+        args = ", ".join(_BOUND_FIELDS)
+        body = "\n".join(f"        self.{f} = {f}" for f in _BOUND_FIELDS)
+        ns: dict = {}
+        exec(f"class ShieldArrays:\n    def __init__(self, {args}):\n{body}\n", ns)
+        cls = _BOUND_CLASSES[types] = jitclass(list(zip(_BOUND_FIELDS, types)))(ns["ShieldArrays"])
+    return cls
+
+
+_BOUND_STEPS: dict = {}
+
+
+def _bound_step(fill):
+    """shield_into over a ShieldArrays instance, with the plant's fill as a static callee."""
+    run = _BOUND_STEPS.get(fill)
+    if run is None:
+        @njit(nogil=True)
+        def run(S, k, prop_step, allow_policy):
+            return shield_into(fill, S.fill_args, k, S.prop, prop_step, S.max_age_steps, allow_policy, S.y, S.u,
+                               S.prev, S.dt_s, S.lo, S.hi, S.rate, S.W, S.Wz, S.b0, S.By, S.Bu, S.scale,
+                               S.m_static, S.reads_y, S.reads_u, S.fb_kind, S.fb_value, S.fb_iq, S.fb_idq, S.fb_kp,
+                               S.fb_kd, S.act_u, S.q_ref, S.state, S.a, S.out, S.lo_eff, S.hi_eff, S.src, S.bvec,
+                               S.work, S.max_iter, S.band_lo, S.band_hi, S.u_cmd, S.apply_index, S.apply_pos)
+
+        _BOUND_STEPS[fill] = run
+    return run
+
+
+class BoundShield:
+    """`Shield.step_into` for fixed arrays: the loop's form (hil/loop/shield_bus.py).
+
+        bound = shield.bind(proposal, y, u, prev, dt_s, out, u_cmd, apply_index, apply_pos)
+        code = bound.step(k, proposal_step, allow_policy)   # same as shield.step_into(k, proposal, ...)
+
+    The arrays are shared, not copied: write the proposal (and the shield's band_lo / band_hi)
+    in place; `bound.arrays` tells which objects it holds (a caller whose u_cmd changes binds
+    again). The first bind of a plant's fill compiles (seconds, before the clock starts; the
+    kernel is not run, so binding changes no state); binding again reuses that code."""
+
+    def __init__(self, shield: "Shield", proposal, y, u, prev, dt_s: float, out, u_cmd, apply_index, apply_pos):
+        from numba import typeof
+
+        from hil.loop.step import LoopStep
+
+        values = {"fill_args": shield.fill_args, "prop": proposal, "y": y, "u": u, "prev": prev, "out": out,
+                  "u_cmd": u_cmd, "apply_index": apply_index, "apply_pos": apply_pos, "dt_s": float(dt_s),
+                  "m_static": int(shield.m_static), "max_age_steps": int(shield.max_age_steps),
+                  "max_iter": int(shield.max_iter)}
+        for f in _BOUND_FIELDS:
+            if f not in values:
+                values[f] = getattr(shield, f)
+        for f, v in values.items():
+            if isinstance(v, np.ndarray) and not v.flags.c_contiguous:
+                raise ValueError(f"shield.bind: {f} must be a C-contiguous array (it is shared, not copied)")
+        args = tuple(values[f] for f in _BOUND_FIELDS)
+        self.arrays = {f: v for f, v in values.items() if isinstance(v, np.ndarray)}
+        self.S = _bound_class(tuple(typeof(v) for v in args))(*args)
+        self._run = _bound_step(shield.fill)
+        sig = (typeof(self.S), types.int64, types.int64, types.boolean)
+        self._run.compile(sig)  # compiled, not run: binding changes no state
+        self._entry = LoopStep._bind(self._run, (self.S, 0, 0, False)) or self._run
+
+    def step(self, k: int, proposal_step: int, allow_policy: bool) -> int:
+        """One shield step (shield_into) on the bound arrays; returns the source code."""
+        return self._entry(self.S, k, proposal_step, allow_policy)

@@ -101,26 +101,24 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         self._c.update({"supervisor_decisions": 0, "supervisor_silences": 0,
                         "lockstep_proposal_timeouts": 0})
 
-    def attach(self, y_meas: np.ndarray, u_app: np.ndarray) -> None:
+    def attach(self, y_meas: np.ndarray, u_app: np.ndarray, u_cmd: np.ndarray | None = None) -> None:
         """The loop's arrays the shield reads every step: the last measured outputs (the state
-        its limits and the joint PD use) and the applied inputs (rate limits, hold)."""
+        its limits and the joint PD use), the applied inputs (rate limits, hold) and the
+        commanded inputs it writes (the loop's u_cmd; bound again if before_step gets another)."""
         self._y, self._u = y_meas, u_app
-        self.warm_up()
+        self._bind(u_app.copy() if u_cmd is None else u_cmd)
+
+    def _bind(self, u_cmd: np.ndarray) -> None:
+        """The shield bound to the loop's arrays and this endpoint's proposal buffer
+        (hil/loop/shield.py BoundShield): a step passes the step numbers and the verdict only.
+        The first bind compiles; it runs nothing, so the shield's state is as it was."""
+        self._bound = self.shield.bind(self.proposal, self._y, self._u, self._prev, self.step_s, self._out, u_cmd,
+                                       self._apply_index, self._apply_pos)
+        self._bound_u_cmd = u_cmd
 
     def warm_up(self) -> None:
-        """Compile the shield kernel (and bind its entry point) before the clock starts: once on
-        the fallback path, once on a proposal; the shield's state is left as it was."""
-        sh = self.shield
-        saved = [(a, a.copy()) for a in (sh.q_ref, sh.state, sh.a, sh.lo_eff, sh.hi_eff, sh.src, sh.bvec, sh.work)]
-        u_cmd = self._u.copy()
-        prop = self._u[sh.act_u].copy()
-        try:
-            for allow in (False, True):
-                sh.step_into(0, prop, 0, self._y, self._u, self._prev, self.step_s, self._out, allow, u_cmd,
-                             self._apply_index, self._apply_pos)
-        finally:
-            for a, copy in saved:
-                np.copyto(a, copy)
+        """Compile and bind the shield (attach does; kept for callers that re-warm)."""
+        self._bind(self._bound_u_cmd)
 
     # ---- per step ----
     def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
@@ -137,9 +135,9 @@ class ShieldBusEndpoint(LoopBusEndpoint):
             self.silent = not age_ok
             if self.silent:
                 self._c["supervisor_silences"] += 1
-        code = self.shield.step_into(step - 1, self.proposal, self.proposal_step, self._y, self._u, self._prev,
-                                     self.step_s, self._out, self.allow and not self.silent, u_cmd,
-                                     self._apply_index, self._apply_pos)
+        if u_cmd is not self._bound_u_cmd:
+            self._bind(u_cmd)
+        code = self._bound.step(step - 1, self.proposal_step, self.allow and not self.silent)
         if code == FALLBACK_MODE and self.silent:
             code = FALLBACK_SILENT
         self.last_code = code
