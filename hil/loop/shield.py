@@ -166,7 +166,7 @@ class Shield:
         self.W = proj.W.copy()
         self.Wz = proj.Wz.copy()
         self.b0 = proj.b0.copy()
-        self.By, self.Bu = proj.By, proj.Bu
+        self.By, self.Bu = proj.By[:self.m_static], proj.Bu[:self.m_static]  # the families' b reads no signal
         fam_reads = np.flatnonzero(proj._fam_reads.any(axis=0))
         self.reads_y = np.unique(np.concatenate([np.flatnonzero((proj.By != 0).any(axis=0)), fam_reads])).astype(np.int64)
         self.reads_u = np.flatnonzero((proj.Bu != 0).any(axis=0)).astype(np.int64)
