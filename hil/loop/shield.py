@@ -55,9 +55,25 @@ FB_HOLD, FB_FIXED, FB_JOINT_PD = 0, 1, 2
 
 
 @njit(nogil=True)
-def _no_fill(y, W, b):
+def _no_fill(y, u, W, b):
     """The fill of a shield without plant families (no rows)."""
     return
+
+
+_Y_ONLY: dict = {}
+
+
+def _y_only(fill):
+    """The kernel form fill(y, u, W, b, *args) of a plant fill that reads the outputs only
+    (fill(y, W, b, *args): SAFETY_LIMITS_COMPILED_FORM "y", the default)."""
+    adapter = _Y_ONLY.get(fill)
+    if adapter is None:
+        @njit(nogil=True)
+        def adapter(y, u, W, b, *args):
+            fill(y, W, b, *args)
+
+        _Y_ONLY[fill] = adapter
+    return adapter
 
 
 @njit(nogil=True)
@@ -78,7 +94,7 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
         if not np.isfinite(u[reads_u[j]]):
             unknown = True
     if not unknown and m > m_static:
-        fill(y, W[m_static:], b0[m_static:], *fill_args)
+        fill(y, u, W[m_static:], b0[m_static:], *fill_args)
         for r in range(m_static, m):
             if not np.isfinite(b0[r]):
                 unknown = True
@@ -171,12 +187,22 @@ class Shield:
         self.reads_y = np.unique(np.concatenate([np.flatnonzero((proj.By != 0).any(axis=0)), fam_reads])).astype(np.int64)
         self.reads_u = np.flatnonzero((proj.Bu != 0).any(axis=0)).astype(np.int64)
         self.fill, self.fill_args = _no_fill, ()
+        self.kernel_fill = _no_fill  # what the kernels call: fill(y, u, W, b, *fill_args)
+        self.refresh = None  # the family's Python refresh after a step its fill flagged stale, or None
         if proj.families:
-            compiled = getattr(plant_module(plant), "SAFETY_LIMITS_COMPILED", None)
+            module = plant_module(plant)
+            compiled = getattr(module, "SAFETY_LIMITS_COMPILED", None)
             if compiled is None:
                 raise ValueError(f"safety.projection.plant: {plant.name} has no compiled limit families "
                                  "(SAFETY_LIMITS_COMPILED): the in-loop shield cannot enforce them")
-            self.fill, self.fill_args = compiled([fam for _, fam, _ in proj.families])
+            try:
+                made = compiled([fam for _, fam, _ in proj.families])
+            except ValueError as exc:
+                raise ValueError(f"safety.projection.plant: {exc}") from None
+            self.fill, self.fill_args = made[0], made[1]
+            self.refresh = made[2] if len(made) > 2 else None
+            form = getattr(module, "SAFETY_LIMITS_COMPILED_FORM", "y")
+            self.kernel_fill = self.fill if form == "y_u" else _y_only(self.fill)
         self.max_iter = proj.max_iter
         self.max_age_steps = int(max_age_steps)
         self.act_u = np.array([spec.index("inputs", a) for a in self.names], dtype=np.int64)
@@ -230,7 +256,7 @@ class Shield:
                   apply_index: np.ndarray, apply_pos: np.ndarray) -> int:
         """The loop's stage (shield_into): `step` with prev taken from u and the bus-driven
         actions written into u_cmd; one compiled call, through its bound entry point."""
-        args = (self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+        args = (self.kernel_fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
                 allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
                 self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
                 self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
@@ -259,7 +285,7 @@ class Shield:
         """One shield step (see shield_kernel): `out` gets the action; returns the source code.
         Called through the kernel's compiled entry point for these argument types once known
         (the dispatcher's typing of 40 arguments costs tens of us a call)."""
-        args = (self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+        args = (self.kernel_fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
                 allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
                 self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
                 self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
@@ -357,7 +383,7 @@ class BoundShield:
         args = tuple(values[f] for f in _BOUND_FIELDS)
         self.arrays = {f: v for f, v in values.items() if isinstance(v, np.ndarray)}
         self.S = _bound_class(tuple(typeof(v) for v in args))(*args)
-        self._run = _bound_step(shield.fill)
+        self._run = _bound_step(shield.kernel_fill)
         sig = (typeof(self.S), types.int64, types.int64, types.boolean)
         self._run.compile(sig)  # compiled, not run: binding changes no state
         self._entry = LoopStep._bind(self._run, (self.S, 0, 0, False)) or self._run

@@ -38,7 +38,7 @@ import zmq
 
 from hil.bus import DRAIN_CAP, LoopBusEndpoint, drain, open_socket
 from hil.bus.wire import Receiver, max_frame_bytes, payload_schema
-from hil.loop.shield import FALLBACK_MODE, SOURCE_NAMES as KERNEL_SOURCES, Shield
+from hil.loop.shield import FALLBACK_MODE, FALLBACK_UNKNOWN, SOURCE_NAMES as KERNEL_SOURCES, Shield
 
 FALLBACK_SILENT = len(KERNEL_SOURCES)  # the supervisor is silent (or has not spoken yet)
 SOURCE_NAMES = (*KERNEL_SOURCES, "fallback:supervisor_silent")
@@ -140,6 +140,8 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         code = self._bound.step(step - 1, self.proposal_step, self.allow and not self.silent)
         if code == FALLBACK_MODE and self.silent:
             code = FALLBACK_SILENT
+        elif code == FALLBACK_UNKNOWN and self.shield.refresh is not None:
+            self.shield.refresh(self._y)  # the family's precomputed terms, if its fill flagged them stale (a trip)
         self.last_code = code
         self.code_counts[code] += 1
         self._in_fallback = code > 1
