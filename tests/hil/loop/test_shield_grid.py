@@ -2,7 +2,7 @@
 `fill_line_rows`, hil/loop/shield.py): the compiled rows against the numpy family the safety
 process runs (PTDF rows on each line's headroom), the topology check (a trip makes the limits
 unknown until the PTDF is computed again), and the shield's actions against the safety
-process's projection on configs/grid118_policy.toml with a fixed fallback."""
+process's projection on configs/grid118_policy.toml (its fallback: a fixed dispatch)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ FIXED = {"gen_11.p_set": 220.0, "gen_29.p_set": 392.0}
 
 @pytest.fixture(scope="module")
 def grid():
-    sc = load_scenario(ROOT / "configs" / "grid118_policy.toml",
-                       {"safety": {"fallback": {"loops": [], "fixed": FIXED}}})
+    sc = load_scenario(ROOT / "configs" / "grid118_policy.toml")  # its fallback: the fixed dispatch FIXED
     model = sc.plant.load()
     spec = model.spec
     names = action_input_names(sc, spec)
@@ -131,8 +130,7 @@ def test_late_proposal_takes_the_fixed_redispatch(grid):
 def test_n1_rows_are_refused_in_the_loop(grid):
     sc, model, spec, names, shield, y0, u0 = grid
     sc2 = load_scenario(ROOT / "configs" / "grid118_policy.toml",
-                        {"safety": {"fallback": {"loops": [], "fixed": FIXED},
-                                    "projection": {"plant": [{"name": "lines", "kind": "line_rating",
+                        {"safety": {"projection": {"plant": [{"name": "lines", "kind": "line_rating",
                                                               "options": {"contingencies": [1]}}]}}})
     with pytest.raises(ValueError, match="contingencies: the N-1 rows have no compiled form"):
         Shield(sc2, spec, names, plant=model)
