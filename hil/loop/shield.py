@@ -14,7 +14,11 @@ controller (the fallback) stands by, and the switch sits next to the actuator. P
                     [safety.projection].box), rate around the previous APPLIED value over one
                     step, then the linear rows W a <= b(state): the configured ones and the
                     plant's state-dependent families (W and b rebuilt every step by the
-                    plant's compiled fill, e.g. plants/panda.py `fill_envelope_rows`);
+                    plant's compiled fill, e.g. plants/panda.py `fill_envelope_rows`, the
+                    grid's plants/grid/line_limits.py `fill_line_rows`; a fill whose
+                    precomputed terms no longer fit the state (the grid's PTDF after a
+                    trip) writes NaN rows: unknown limits, and its `refresh` runs in Python
+                    after the step);
                     unknown limits project the fallback on box and rate only (fail closed)
     source          POLICY (unchanged), PROJECTED (moved by the envelope), or the FALLBACK_*
                     reason, for the recording
@@ -27,6 +31,12 @@ process for now.
 
     shield = Shield(scenario, spec, action_names, plant)    # from [safety.projection] / [safety.fallback]
     code = shield.step(k, proposal, proposal_step, y_meas, u_applied, dt_s, out)
+    bound = shield.bind(proposal, y, u, prev, dt_s, out, u_cmd, apply_index, apply_pos)
+    code = bound.step(k, proposal_step, allow_policy)         # the loop's form (arrays held once)
+
+The plant's compiled families: its module's SAFETY_LIMITS_COMPILED(families) -> (fill, args)
+or (fill, args, refresh); SAFETY_LIMITS_COMPILED_FORM "y" (default: fill(y, W, b, *args)) or
+"y_u" (fill(y, u, W, b, *args): the rows read the applied inputs, as the grid's).
 
 `Shield.step` is one call into `shield_kernel`; the same kernel is what the loop's fused step
 calls. Equivalence with the safety process's Projector (Python families + the same kernel) is

@@ -27,6 +27,14 @@ Lockstep: before step k, when a proposal is due for observation k-1 (every
 `[policy] rate_hz` period), the loop waits (bounded by [bus] lockstep_timeout_s) for the
 supervisor's decision on it and, if the decision lets the policy act, for the proposal: the run
 is reproducible. In real time nothing waits.
+
+The decide stage's cost per step (real time, 1 kHz, configs/panda_policy.toml, perf_counter_ns
+timers around each part, load average 5-7 on 2 cores, mean us): before_step 62 = proposals 29
+(the socket's event check every step, and Receiver.decode, ~40 us a message at that load, one
+message every 4 steps) + supervisor decisions 26 every 4th step (decode) + the shield 19 (the
+compiled kernel and its call: `BoundShield`, one jitclass argument and three scalars instead of
+45 arguments) + ~7 of bookkeeping. The decoding (hil/bus/wire.py: the keyed hash, the payload
+dict and its arrays) is the largest part left.
 """
 
 from __future__ import annotations
