@@ -190,7 +190,9 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
         for k in range(m + 1):
             for i in range(n):
                 work[k, i] = 0.0
-        for k in range(m):  # |row|^2 once (the same sum in the same order as per iteration before)
+        for k in range(m):  # |row|^2 once (the same sum, same order, as it was per iteration); zero rows
+            # are skipped: their projection step leaves x as it is (a zero row with b < 0 cannot hold:
+            # the final check below reports it infeasible)
             ww = 0.0
             for i in range(n):
                 ww += Wz[k, i] * Wz[k, i]
@@ -204,6 +206,8 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
                 change = max(change, abs(p - x[i]))
                 x[i] = p
             for k in range(m):
+                if work[k + 1, n] == 0.0:  # a zero row (an inactive plant row: W = 0, b = 0): its step is x
+                    continue
                 s = 0.0
                 for i in range(n):
                     s += Wz[k, i] * (x[i] + work[k + 1, i])
