@@ -117,7 +117,7 @@ def run(quick: bool) -> dict:
                        sh.reads_u, sh.fb_kind, sh.fb_value, sh.fb_iq, sh.fb_idq, sh.fb_kp, sh.fb_kd, sh.act_u,
                        sh.q_ref, sh.state, sh.a, sh.lo_eff, sh.hi_eff, sh.src, sh.bvec, sh.work, sh.max_iter,
                        sh.band_lo, sh.band_hi)
-        _shield_many(sh.fill, sh.fill_args, P, Y, U, PREV, OUT, codes, *kernel_args)
+        _shield_many(sh.kernel_fill, sh.fill_args, P, Y, U, PREV, OUT, codes, *kernel_args)
         diff_kernel = float(np.max(np.abs(OUT - ref) / sh.scale))
         one = np.zeros(len(names))
         diff_python = 0.0
@@ -138,7 +138,7 @@ def run(quick: bool) -> dict:
                 sh.step(100, P[s], 100, Y[s], U[s], PREV[s], STEP_S, one)
 
         def new_kernel():
-            _shield_many(sh.fill, sh.fill_args, P, Y, U, PREV, OUT, codes, *kernel_args)
+            _shield_many(sh.kernel_fill, sh.fill_args, P, Y, U, PREV, OUT, codes, *kernel_args)
 
         t = interleaved({"old_projection_us": old, "shield_python_us": new_python, "shield_kernel_us": new_kernel},
                         {"old_projection_us": block, "shield_python_us": block, "shield_kernel_us": count},

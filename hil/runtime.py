@@ -249,7 +249,7 @@ class Runtime:
                     from hil.loop.shield_bus import ShieldBusEndpoint
 
                     self.bus = ShieldBusEndpoint.build(sc.bus, sc, spec)
-                    self.bus.attach(self.y_meas, self.u_app)
+                    self.bus.attach(self.y_meas, self.u_app, self.u_cmd)
                 else:
                     from hil.bus import LoopBusEndpoint
 

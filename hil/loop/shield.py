@@ -14,7 +14,11 @@ controller (the fallback) stands by, and the switch sits next to the actuator. P
                     [safety.projection].box), rate around the previous APPLIED value over one
                     step, then the linear rows W a <= b(state): the configured ones and the
                     plant's state-dependent families (W and b rebuilt every step by the
-                    plant's compiled fill, e.g. plants/panda.py `fill_envelope_rows`);
+                    plant's compiled fill, e.g. plants/panda.py `fill_envelope_rows`, the
+                    grid's plants/grid/line_limits.py `fill_line_rows`; a fill whose
+                    precomputed terms no longer fit the state (the grid's PTDF after a
+                    trip) writes NaN rows: unknown limits, and its `refresh` runs in Python
+                    after the step);
                     unknown limits project the fallback on box and rate only (fail closed)
     source          POLICY (unchanged), PROJECTED (moved by the envelope), or the FALLBACK_*
                     reason, for the recording
@@ -27,6 +31,12 @@ process for now.
 
     shield = Shield(scenario, spec, action_names, plant)    # from [safety.projection] / [safety.fallback]
     code = shield.step(k, proposal, proposal_step, y_meas, u_applied, dt_s, out)
+    bound = shield.bind(proposal, y, u, prev, dt_s, out, u_cmd, apply_index, apply_pos)
+    code = bound.step(k, proposal_step, allow_policy)         # the loop's form (arrays held once)
+
+The plant's compiled families: its module's SAFETY_LIMITS_COMPILED(families) -> (fill, args)
+or (fill, args, refresh); SAFETY_LIMITS_COMPILED_FORM "y" (default: fill(y, W, b, *args)) or
+"y_u" (fill(y, u, W, b, *args): the rows read the applied inputs, as the grid's).
 
 `Shield.step` is one call into `shield_kernel`; the same kernel is what the loop's fused step
 calls. Equivalence with the safety process's Projector (Python families + the same kernel) is
@@ -39,7 +49,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.core.errors import NumbaExperimentalFeatureWarning
 
 from hil.safety.projection import Projector, plant_module, project_kernel
@@ -55,9 +65,25 @@ FB_HOLD, FB_FIXED, FB_JOINT_PD = 0, 1, 2
 
 
 @njit(nogil=True)
-def _no_fill(y, W, b):
+def _no_fill(y, u, W, b):
     """The fill of a shield without plant families (no rows)."""
     return
+
+
+_Y_ONLY: dict = {}
+
+
+def _y_only(fill):
+    """The kernel form fill(y, u, W, b, *args) of a plant fill that reads the outputs only
+    (fill(y, W, b, *args): SAFETY_LIMITS_COMPILED_FORM "y", the default)."""
+    adapter = _Y_ONLY.get(fill)
+    if adapter is None:
+        @njit(nogil=True)
+        def adapter(y, u, W, b, *args):
+            fill(y, W, b, *args)
+
+        _Y_ONLY[fill] = adapter
+    return adapter
 
 
 @njit(nogil=True)
@@ -78,7 +104,7 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
         if not np.isfinite(u[reads_u[j]]):
             unknown = True
     if not unknown and m > m_static:
-        fill(y, W[m_static:], b0[m_static:], *fill_args)
+        fill(y, u, W[m_static:], b0[m_static:], *fill_args)
         for r in range(m_static, m):
             if not np.isfinite(b0[r]):
                 unknown = True
@@ -166,17 +192,27 @@ class Shield:
         self.W = proj.W.copy()
         self.Wz = proj.Wz.copy()
         self.b0 = proj.b0.copy()
-        self.By, self.Bu = proj.By, proj.Bu
+        self.By, self.Bu = proj.By[:self.m_static], proj.Bu[:self.m_static]  # the families' b reads no signal
         fam_reads = np.flatnonzero(proj._fam_reads.any(axis=0))
         self.reads_y = np.unique(np.concatenate([np.flatnonzero((proj.By != 0).any(axis=0)), fam_reads])).astype(np.int64)
         self.reads_u = np.flatnonzero((proj.Bu != 0).any(axis=0)).astype(np.int64)
         self.fill, self.fill_args = _no_fill, ()
+        self.kernel_fill = _no_fill  # what the kernels call: fill(y, u, W, b, *fill_args)
+        self.refresh = None  # the family's Python refresh after a step its fill flagged stale, or None
         if proj.families:
-            compiled = getattr(plant_module(plant), "SAFETY_LIMITS_COMPILED", None)
+            module = plant_module(plant)
+            compiled = getattr(module, "SAFETY_LIMITS_COMPILED", None)
             if compiled is None:
                 raise ValueError(f"safety.projection.plant: {plant.name} has no compiled limit families "
                                  "(SAFETY_LIMITS_COMPILED): the in-loop shield cannot enforce them")
-            self.fill, self.fill_args = compiled([fam for _, fam, _ in proj.families])
+            try:
+                made = compiled([fam for _, fam, _ in proj.families])
+            except ValueError as exc:
+                raise ValueError(f"safety.projection.plant: {exc}") from None
+            self.fill, self.fill_args = made[0], made[1]
+            self.refresh = made[2] if len(made) > 2 else None
+            form = getattr(module, "SAFETY_LIMITS_COMPILED_FORM", "y")
+            self.kernel_fill = self.fill if form == "y_u" else _y_only(self.fill)
         self.max_iter = proj.max_iter
         self.max_age_steps = int(max_age_steps)
         self.act_u = np.array([spec.index("inputs", a) for a in self.names], dtype=np.int64)
@@ -230,7 +266,7 @@ class Shield:
                   apply_index: np.ndarray, apply_pos: np.ndarray) -> int:
         """The loop's stage (shield_into): `step` with prev taken from u and the bus-driven
         actions written into u_cmd; one compiled call, through its bound entry point."""
-        args = (self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+        args = (self.kernel_fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
                 allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
                 self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
                 self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
@@ -249,12 +285,17 @@ class Shield:
             self._into_entry = LoopStep._bind(shield_into, args)
         return code
 
+    def bind(self, proposal, y, u, prev, dt_s: float, out, u_cmd, apply_index, apply_pos) -> "BoundShield":
+        """The loop's form of `step_into` with these arrays fixed (BoundShield): one object and
+        three scalars per step instead of 45 arguments."""
+        return BoundShield(self, proposal, y, u, prev, dt_s, out, u_cmd, apply_index, apply_pos)
+
     def step(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
              prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool = True) -> int:
         """One shield step (see shield_kernel): `out` gets the action; returns the source code.
         Called through the kernel's compiled entry point for these argument types once known
         (the dispatcher's typing of 40 arguments costs tens of us a call)."""
-        args = (self.fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
+        args = (self.kernel_fill, self.fill_args, k, proposal, proposal_step, self.max_age_steps,
                 allow_policy, y, u, prev, dt_s, self.lo, self.hi, self.rate, self.W, self.Wz,
                 self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
                 self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
@@ -272,3 +313,91 @@ class Shield:
 
             self._entry = LoopStep._bind(shield_kernel, args)
         return code
+
+
+# ---- the loop's bound form: every array fixed, one object argument per step ----
+#
+# A call of shield_into from Python unboxes its 45 arguments every step (23 arrays, the fill's
+# 18-array tuple, the fill as a first-class function): ~30 us of the loop's decide stage on an
+# idle machine, more than the kernel itself (benchmarks/shield.py `decide_call`). In the loop
+# every one of those arrays is the same object from step to step (the loop's y, u, u_cmd, the
+# endpoint's proposal buffer, the shield's own arrays), so they are held once in a Numba
+# jitclass instance and a step passes that instance and three scalars.
+
+_BOUND_FIELDS = ("fill_args", "prop", "y", "u", "prev", "lo", "hi", "rate", "W", "Wz", "b0", "By", "Bu", "scale",
+                 "reads_y", "reads_u", "fb_kind", "fb_value", "fb_iq", "fb_idq", "fb_kp", "fb_kd", "act_u", "q_ref",
+                 "state", "a", "out", "lo_eff", "hi_eff", "src", "bvec", "work", "band_lo", "band_hi", "u_cmd",
+                 "apply_index", "apply_pos", "dt_s", "m_static", "max_age_steps", "max_iter")
+_BOUND_CLASSES: dict = {}
+
+
+def _bound_class(types: tuple):
+    """The jitclass holding _BOUND_FIELDS of these Numba types (one class per type tuple)."""
+    cls = _BOUND_CLASSES.get(types)
+    if cls is None:
+        from numba.experimental import jitclass
+
+        args = ", ".join(_BOUND_FIELDS)
+        body = "\n".join(f"        self.{f} = {f}" for f in _BOUND_FIELDS)
+        ns: dict = {}
+        exec(f"class ShieldArrays:\n    def __init__(self, {args}):\n{body}\n", ns)
+        cls = _BOUND_CLASSES[types] = jitclass(list(zip(_BOUND_FIELDS, types)))(ns["ShieldArrays"])
+    return cls
+
+
+_BOUND_STEPS: dict = {}
+
+
+def _bound_step(fill):
+    """shield_into over a ShieldArrays instance, with the plant's fill as a static callee."""
+    run = _BOUND_STEPS.get(fill)
+    if run is None:
+        @njit(nogil=True)
+        def run(S, k, prop_step, allow_policy):
+            return shield_into(fill, S.fill_args, k, S.prop, prop_step, S.max_age_steps, allow_policy, S.y, S.u,
+                               S.prev, S.dt_s, S.lo, S.hi, S.rate, S.W, S.Wz, S.b0, S.By, S.Bu, S.scale,
+                               S.m_static, S.reads_y, S.reads_u, S.fb_kind, S.fb_value, S.fb_iq, S.fb_idq, S.fb_kp,
+                               S.fb_kd, S.act_u, S.q_ref, S.state, S.a, S.out, S.lo_eff, S.hi_eff, S.src, S.bvec,
+                               S.work, S.max_iter, S.band_lo, S.band_hi, S.u_cmd, S.apply_index, S.apply_pos)
+
+        _BOUND_STEPS[fill] = run
+    return run
+
+
+class BoundShield:
+    """`Shield.step_into` for fixed arrays: the loop's form (hil/loop/shield_bus.py).
+
+        bound = shield.bind(proposal, y, u, prev, dt_s, out, u_cmd, apply_index, apply_pos)
+        code = bound.step(k, proposal_step, allow_policy)   # same as shield.step_into(k, proposal, ...)
+
+    The arrays are shared, not copied: write the proposal (and the shield's band_lo / band_hi)
+    in place; `bound.arrays` tells which objects it holds (a caller whose u_cmd changes binds
+    again). The first bind of a plant's fill compiles (seconds, before the clock starts; the
+    kernel is not run, so binding changes no state); binding again reuses that code."""
+
+    def __init__(self, shield: "Shield", proposal, y, u, prev, dt_s: float, out, u_cmd, apply_index, apply_pos):
+        from numba import typeof
+
+        from hil.loop.step import LoopStep
+
+        values = {"fill_args": shield.fill_args, "prop": proposal, "y": y, "u": u, "prev": prev, "out": out,
+                  "u_cmd": u_cmd, "apply_index": apply_index, "apply_pos": apply_pos, "dt_s": float(dt_s),
+                  "m_static": int(shield.m_static), "max_age_steps": int(shield.max_age_steps),
+                  "max_iter": int(shield.max_iter)}
+        for f in _BOUND_FIELDS:
+            if f not in values:
+                values[f] = getattr(shield, f)
+        for f, v in values.items():
+            if isinstance(v, np.ndarray) and not v.flags.c_contiguous:
+                raise ValueError(f"shield.bind: {f} must be a C-contiguous array (it is shared, not copied)")
+        args = tuple(values[f] for f in _BOUND_FIELDS)
+        self.arrays = {f: v for f, v in values.items() if isinstance(v, np.ndarray)}
+        self.S = _bound_class(tuple(typeof(v) for v in args))(*args)
+        self._run = _bound_step(shield.kernel_fill)
+        sig = (typeof(self.S), types.int64, types.int64, types.boolean)
+        self._run.compile(sig)  # compiled, not run: binding changes no state
+        self._entry = LoopStep._bind(self._run, (self.S, 0, 0, False)) or self._run
+
+    def step(self, k: int, proposal_step: int, allow_policy: bool) -> int:
+        """One shield step (shield_into) on the bound arrays; returns the source code."""
+        return self._entry(self.S, k, proposal_step, allow_policy)

@@ -123,9 +123,13 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
 
     dt_s < 0 means no previous action (no rate limit). Wz = W * scale (columns): the linear
     part is solved in span-scaled coordinates z = x / scale. work: (m + 6, 2n) scratch.
+    By, Bu may have fewer rows than Wz (m_b <= m): rows from m_b on have b = b0 (a plant
+    family's rows, their b written by its fill), and their zero coefficients are not scanned
+    (m_b x (n_outputs + n_inputs) tests a call otherwise).
     """
     n = a.size
     m = Wz.shape[0]
+    m_b = By.shape[0]
     for i in range(n):
         l = lo[i]
         h = hi[i]
@@ -140,7 +144,9 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
         src[i] = sl
         src[n + i] = sh
         out[i] = min(max(a[i], l), h)
-    for k in range(m):
+    for k in range(m_b, m):
+        bvec[k] = b0[k]
+    for k in range(m_b):
         s = b0[k]
         for j in range(y.size):
             if By[k, j] != 0.0:  # 0 * NaN is NaN: a Bad signal b does not use must not count
@@ -184,6 +190,13 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
         for k in range(m + 1):
             for i in range(n):
                 work[k, i] = 0.0
+        for k in range(m):  # |row|^2 once (the same sum, same order, as it was per iteration); zero rows
+            # are skipped: their projection step leaves x as it is (a zero row with b < 0 cannot hold:
+            # the final check below reports it infeasible)
+            ww = 0.0
+            for i in range(n):
+                ww += Wz[k, i] * Wz[k, i]
+            work[k + 1, n] = ww
         for _ in range(max_iter):
             change = 0.0
             for i in range(n):
@@ -193,13 +206,12 @@ def project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, 
                 change = max(change, abs(p - x[i]))
                 x[i] = p
             for k in range(m):
-                ww = 0.0
+                if work[k + 1, n] == 0.0:  # a zero row (an inactive plant row: W = 0, b = 0): its step is x
+                    continue
                 s = 0.0
                 for i in range(n):
-                    v = x[i] + work[k + 1, i]
-                    s += Wz[k, i] * v
-                    ww += Wz[k, i] * Wz[k, i]
-                over = (s - bvec[k]) / ww if s > bvec[k] else 0.0
+                    s += Wz[k, i] * (x[i] + work[k + 1, i])
+                over = (s - bvec[k]) / work[k + 1, n] if s > bvec[k] else 0.0
                 for i in range(n):
                     v = x[i] + work[k + 1, i]
                     p = v - over * Wz[k, i]
@@ -282,6 +294,7 @@ class Projector:
             for sig, coef in lim.b.items():
                 kind, j = signal_index(spec, sig)
                 (self.Bu if kind == "u" else self.By)[k, j] += coef
+        self._By_b, self._Bu_b = self.By[:m_static], self.Bu[:m_static]  # the families' b reads no signal
         self.scale = np.array([max(spec.quantity("inputs", a).high - spec.quantity("inputs", a).low, 1e-12)
                                for a in self.names])
         self.Wz = self.W * self.scale[None, :]
@@ -351,7 +364,7 @@ class Projector:
                 self.infeasible = False
                 return held, [Clip(self.names[i], f"linear:{failed}.failed", float(a[i]), float(held[i]))
                               for i in range(held.size) if held[i] != a[i]]
-        Wz, b0, By, Bu, bvec = (self.Wz, self.b0, self.By, self.Bu, self.bvec) if linear else self._nolin
+        Wz, b0, By, Bu, bvec = (self.Wz, self.b0, self._By_b, self._Bu_b, self.bvec) if linear else self._nolin
         self._linear_used = linear
         status = project_kernel(
             a, prev, float(dt_s), y, u, self.lo, self.hi, self.rate,

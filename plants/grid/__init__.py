@@ -12,5 +12,5 @@ The plant module (``[plant] model = "grid"``): ``plant`` (``build``, ``OPTIONS``
 ``FAULTS``) and ``line_limits`` (the safety wrapper's limit family ``SAFETY_LIMITS["line_rating"]``).
 """
 
-from plants.grid.line_limits import SAFETY_LIMITS  # noqa: E402,F401
+from plants.grid.line_limits import SAFETY_LIMITS, SAFETY_LIMITS_COMPILED, SAFETY_LIMITS_COMPILED_FORM  # noqa: E402,F401
 from plants.grid.plant import FAULTS, FILE_OPTIONS, OPTIONS, build  # noqa: E402,F401

@@ -9,6 +9,7 @@ import copy
 import math
 
 import numpy as np
+from numba import njit
 
 from plants.base import PlantModel
 from plants.grid.network import GridModel
@@ -199,5 +200,113 @@ def _contingencies(value, n_line: int) -> list[int]:
         out.append(v - 1)
     return out
 
+
+@njit(cache=True, nogil=True)
+def fill_line_rows(y, u, W, b, H, topo, stale, i_closed, i_gen_on, i_pf, i_load, i_vm, i_pset, f_bus, t_bus,
+                   gen_bus_act, gen_act, cols, rating, span_act, margin, Ga):
+    """The compiled form of `LineFlowLimits.fill` (base rows; the in-loop shield,
+    hil/loop/shield.py): W (2 lines, n_actions) MW per MW, b (2 lines,) MW, from the measured
+    outputs y and the applied inputs u, with H the PTDF (n_line x n_bus) of the topology `topo`
+    (line closed flags, then unit in-service flags). A topology in y other than `topo` (a trip
+    since H was computed), or a non-finite applied set-point: every b is NaN (the shield fails
+    closed on unknown limits) and stale[0] = 1 (the caller computes H again: `refresh`).
+    margin: (1,). Ga: (n_line, n_act) scratch. Allocates nothing; the numpy form's arithmetic
+    (tested to 1e-9)."""
+    nl = i_pf.size
+    ng = i_gen_on.size
+    na = cols.size
+    for r in range(W.shape[0]):
+        for c in range(W.shape[1]):
+            W[r, c] = 0.0
+        b[r] = 0.0
+    ok = True
+    for l in range(nl):
+        if (1 if y[i_closed[l]] >= 0.5 else 0) != topo[l]:
+            ok = False
+    for g in range(ng):
+        if (1 if y[i_gen_on[g]] >= 0.5 else 0) != topo[nl + g]:
+            ok = False
+    for j in range(na):
+        if not np.isfinite(u[i_pset[gen_act[j]]]):
+            ok = False
+    if not ok:
+        stale[0] = 1
+        for r in range(b.size):
+            b[r] = np.nan
+        return
+    m = margin[0]
+    for l in range(nl):
+        closed = topo[l] == 1
+        f = y[i_pf[l]]
+        v = min(y[i_vm[f_bus[l]]], y[i_vm[t_bus[l]]])
+        pmax = abs(f) + (m - y[i_load[l]] / 100.0) * rating[l] * v
+        base = f
+        reach = abs(f)
+        tot = 0.0
+        for j in range(na):
+            g = 0.0
+            if closed and topo[nl + gen_act[j]] == 1:
+                g = H[l, gen_bus_act[j]]
+            Ga[l, j] = g
+            base -= g * u[i_pset[gen_act[j]]]
+            reach += abs(g) * span_act[j]
+            tot += abs(g)
+        if closed and reach > pmax and tot > 1e-9:
+            for j in range(na):
+                W[2 * l, cols[j]] = Ga[l, j]
+                W[2 * l + 1, cols[j]] = -Ga[l, j]
+            b[2 * l] = pmax - base
+            b[2 * l + 1] = pmax + base
+
+
+def compiled_limits(families):
+    """(kernel, args, refresh) for one `line_rating` family: kernel(y, u, W, b, *args) writes
+    its rows (fill_line_rows; SAFETY_LIMITS_COMPILED_FORM "y_u": it reads the applied inputs),
+    refresh(y) computes the PTDF again for the topology y shows if the kernel flagged it stale
+    (Python, milliseconds: the shield's owner calls it after a step on unknown limits, off the
+    common path). The N-1
+    rows (option contingencies) have no compiled form yet: ValueError."""
+    fams = list(families)
+    if len(fams) != 1:
+        raise ValueError("compiled limits: one line_rating family per shield")
+    fam = fams[0]
+    if fam.contingencies:
+        raise ValueError("contingencies: the N-1 rows have no compiled form yet (the in-loop shield enforces "
+                         "the base rows only): use [safety] placement = \"process\" for N-1 limits")
+    L, spec = fam.lay, fam.spec
+    idx = np.arange(spec.n_outputs)
+    idx_u = np.arange(spec.n_inputs)
+    nl, ng = len(fam.line_names), int(fam.gen_bus.size)
+    topo = np.ones(nl + ng, dtype=np.int64)
+    topo[nl:] = (spec.nominal("outputs")[idx[L["y.gen_on"]]] >= 0.5).astype(np.int64)
+    topo[:nl] = (spec.nominal("outputs")[idx[L["y.closed"]]] >= 0.5).astype(np.int64)
+    H = np.ascontiguousarray(fam._ptdf(topo[:nl].astype(np.int8), topo[nl:].astype(np.int8)), dtype=np.float64)
+    stale = np.zeros(1, dtype=np.int64)
+    args = (H, topo, stale, idx[L["y.closed"]].astype(np.int64), idx[L["y.gen_on"]].astype(np.int64),
+            idx[L["y.pf"]].astype(np.int64), idx[L["y.loading"]].astype(np.int64), idx[L["y.vm"]].astype(np.int64),
+            idx_u[L["u.p_set"]].astype(np.int64), fam.f_bus.astype(np.int64), fam.t_bus.astype(np.int64),
+            fam.gen_bus[fam.gen_act].astype(np.int64), fam.gen_act.astype(np.int64), fam.cols.astype(np.int64),
+            np.asarray(fam.rating, dtype=np.float64).copy(), np.asarray(fam.span_act, dtype=np.float64).copy(),
+            np.array([fam.margin]), np.zeros((nl, fam.cols.size)))
+
+    def refresh(y) -> bool:
+        """H and topo for the topology y shows (in place) if the kernel flagged them stale; False
+        if it did not or y's status signals are Bad."""
+        if not stale[0]:
+            return False
+        closed, gen_on = y[args[3]], y[args[4]]
+        if not (np.isfinite(closed).all() and np.isfinite(gen_on).all()):
+            return False
+        t = np.concatenate([np.where(closed >= 0.5, 1, 0), np.where(gen_on >= 0.5, 1, 0)])
+        H[:] = fam._ptdf(t[:nl], t[nl:])
+        topo[:] = t
+        stale[0] = 0
+        return True
+
+    return fill_line_rows, args, refresh
+
+
+SAFETY_LIMITS_COMPILED = compiled_limits
+SAFETY_LIMITS_COMPILED_FORM = "y_u"  # the compiled fill reads the applied inputs: kernel(y, u, W, b, *args)
 
 SAFETY_LIMITS = {"line_rating": lambda model, actions, options: LineFlowLimits(model, actions, options)}

@@ -65,3 +65,35 @@ def test_wrapper_keeps_every_line_under_its_rating(tmp_path):
     plant.u[s.index("inputs", "gen_29.p_set")] = 292.0
     plant.step(1.0)
     assert plant.compute_outputs()[s.index("outputs", "line_54.loading")] > 105.0
+
+
+def test_in_loop_shield_keeps_every_line_under_its_rating(tmp_path):
+    """The same scenario with [safety] placement = "loop": the compiled line rows in the loop's
+    shield (plants/grid/line_limits.py fill_line_rows) cut the policy's transfer; asserted on
+    the APPLIED set-points and the recorded loadings, and on each step's shield source."""
+    ipc_dir = tempfile.mkdtemp(prefix="hg", dir="/tmp")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hil.cli", "run", str(CONFIG), "--lockstep", "--duration", "30", "--json",
+             "--quiet", "--record", str(tmp_path / "rec"), "--set", "safety.placement='loop'",
+             "--set", f'safety.decision_log="{tmp_path / "safety.jsonl"}"',
+             "--set", f'safety.status_path="{tmp_path / "status.json"}"', "--set", f'bus.ipc_dir="{ipc_dir}"'],
+            cwd=ROOT, capture_output=True, text=True, timeout=170)
+    finally:
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    df = read_recording(summary["record_path"])
+    loading = df[[c for c in df.columns if c.startswith("y.line_") and c.endswith(".loading")]]
+    closed = df[[c for c in df.columns if c.startswith("y.line_") and c.endswith(".closed")]]
+    assert loading.shape[1] == 186 and len(df) == 30
+    assert loading.to_numpy().max() <= 100.0, loading.max().sort_values().tail(3)
+    assert (closed.to_numpy() == 1).all()
+    app11 = df["app.gen_11.p_set"].to_numpy()
+    assert app11.max() > 240.0 and app11.max() < 300.0          # the policy pushed, the rows held it
+    assert df["y.line_54.loading"].max() > 90.0
+    src = df["shield.source"].to_numpy()
+    assert (src[5:] == 1).sum() > 10                              # projected: the line rows cut the proposal
+    assert set(np.unique(src[5:])) <= {0, 1}                      # no fallback once running
+    bus = summary["bus"]
+    assert bus["shield_projected_steps"] > 10 and bus["shield_fallback_unknown_limits_steps"] == 0

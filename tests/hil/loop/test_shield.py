@@ -120,3 +120,46 @@ def test_a_bad_reading_a_limit_needs_fails_closed(arm):
     code = shield.step(5, prev + 1.0, 5, y, u, prev, STEP_S, out)
     assert code == FALLBACK_UNKNOWN
     assert np.isfinite(out).all() and (out >= shield.lo).all() and (out <= shield.hi).all()
+
+
+def test_bound_shield_is_step_into_bit_for_bit(arm):
+    """The loop's bound form (one jitclass argument, arrays shared) against the 45-argument
+    call, on two shields of the same configuration over one sequence of states and proposals:
+    fresh, late, not allowed, non-finite; the fallback's latched reference included."""
+    sc, plant, spec, names, _ = arm
+    ref_sh = Shield(sc, spec, names, plant=plant, max_age_steps=4)
+    sh = Shield(sc, spec, names, plant=plant, max_age_steps=4)
+    rng = np.random.default_rng(5)
+    n = len(names)
+    apply_pos = np.arange(n)
+    apply_index = sh.act_u.copy()
+    y, u, prop = spec.nominal("outputs"), spec.nominal("inputs"), np.zeros(n)
+    prev, out, u_cmd = np.zeros(n), np.zeros(n), spec.nominal("inputs")
+    bound = sh.bind(prop, y, u, prev, STEP_S, out, u_cmd, apply_index, apply_pos)
+    assert sh.state[0] == 0 and np.isnan(sh.q_ref).all()  # binding ran nothing
+    r_prev, r_out, r_ucmd = np.zeros(n), np.zeros(n), u_cmd.copy()
+    codes = set()
+    for k, ys in enumerate(_states(spec, rng, 120), start=10):
+        y[:] = ys
+        u[sh.act_u] = np.clip(rng.normal(0.0, 3.0, n), sh.lo, sh.hi)
+        prop[:] = rng.uniform(sh.lo, sh.hi) * rng.choice([0.05, 1.0])
+        if k % 17 == 0:
+            prop[0] = np.nan
+        prop_step = k - int(rng.choice([0, 1, 4, 5, 9]))
+        allow = bool(k % 11)
+        want = ref_sh.step_into(k, prop, prop_step, y, u, r_prev, STEP_S, r_out, allow, r_ucmd, apply_index, apply_pos)
+        got = bound.step(k, prop_step, allow)
+        codes.add(got)
+        assert got == want
+        assert np.array_equal(out, r_out) and np.array_equal(u_cmd, r_ucmd) and np.array_equal(prev, r_prev)
+        assert np.array_equal(sh.q_ref, ref_sh.q_ref, equal_nan=True) and sh.state[0] == ref_sh.state[0]
+    assert {POLICY, PROJECTED, FALLBACK_LATE, FALLBACK_MODE, FALLBACK_BAD} <= codes, codes
+
+
+def test_bind_refuses_a_strided_array(arm):
+    sc, plant, spec, names, shield = arm
+    n = len(names)
+    y = np.zeros((spec.n_outputs, 2))[:, 0]
+    with pytest.raises(ValueError, match="y must be a C-contiguous array"):
+        shield.bind(np.zeros(n), y, spec.nominal("inputs"), np.zeros(n), STEP_S, np.zeros(n),
+                    spec.nominal("inputs"), shield.act_u.copy(), np.arange(n))
