@@ -151,10 +151,27 @@ def run(quick: bool) -> dict:
               f"  sources {sources}", file=sys.stderr)
     worst = max(m["shield_kernel_us"]["median"] for m in out["mixes"].values())
     out["goal_met"] = worst <= GOAL_US
-    out["headline"] = {"shield_kernel_us_typical": out["mixes"]["typical"]["shield_kernel_us"]["median"],
-                       "shield_kernel_us_adversarial": out["mixes"]["adversarial"]["shield_kernel_us"]["median"],
-                       "old_projection_us_typical": out["mixes"]["typical"]["old_projection_us"]["median"]}
+    out["headline"] = [
+        {"figure": f"enforcement per step, {mix} proposals (thread CPU)", "hil": m["shield_kernel_us"]["median"],
+         "peer": m["old_projection_us"]["median"], "peer_name": "the safety process's projection (old path)",
+         "ratio": m["ratio_old_over_kernel"], "unit": "us", "goal": GOAL_US, "met": m["shield_kernel_us"]["median"] <= GOAL_US}
+        for mix, m in out["mixes"].items()]
     return out
+
+
+def realtime_headline(rt: dict) -> list[dict]:
+    """Headline rows of the real-time runs: the new placement's overruns and fallbacks beside the old's."""
+    new, old = rt["new"], rt["old"]
+    return [
+        {"figure": "overruns per 10k steps, panda at 1 kHz (median of runs)", "hil": new["overruns_per_10k_median"],
+         "peer": old["overruns_per_10k_median"], "peer_name": "placement process (old)", "unit": "",
+         "goal": OVERRUN_GOAL_PER_10K, "met": rt["goals"]["new_overruns_per_10k_le_5"]},
+        {"figure": "fallback steps per 10k, panda at 1 kHz (median of runs)", "hil": new["fallback_per_10k_median"],
+         "peer": old["fallback_per_10k_median"], "peer_name": "placement process (old)", "unit": "",
+         "goal": 0.0, "met": rt["goals"]["new_no_late_fallback"]},
+        {"figure": "decide stage mean, panda at 1 kHz (median of runs)", "hil": new["decide_us_mean_median"],
+         "peer": old["decide_us_mean_median"], "peer_name": "placement process (old)", "unit": "us"},
+    ]
 
 
 PLACEMENTS = {
@@ -234,6 +251,7 @@ def main() -> None:
     seconds = args.rt_seconds if args.rt_seconds is not None else (2.0 if args.quick else 10.0)
     repeats = args.rt_repeats if args.rt_repeats is not None else (1 if args.quick else 3)
     out["realtime"] = realtime(seconds, repeats)
+    out["headline"] += realtime_headline(out["realtime"])
     out["goal_met"] = out["goal_met"] and all(out["realtime"]["goals"].values())
     print(json.dumps(out))
 

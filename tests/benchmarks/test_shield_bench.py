@@ -2,7 +2,7 @@
 the safety process's projection gave the same actions (the script exits non-zero otherwise), on
 both proposal mixes, with the envelope acting in the adversarial one. No speed is asserted."""
 
-from tests.benchmarks.conftest import run_quick
+from tests.benchmarks.conftest import load, run_quick
 
 
 def test_shield_benchmark_compares_identical_work():
@@ -15,3 +15,7 @@ def test_shield_benchmark_compares_identical_work():
             assert len(mix[side]["repeats"]) >= 3 and mix[side]["median"] > 0
     assert out["mixes"]["adversarial"]["sources"].get("projected", 0) > 0
     assert isinstance(out["goal_met"], bool)
+    results = load("results")
+    results.check_headline("shield", out)  # rows the generated table can show
+    goals = [r for r in out["headline"] if "goal" in r]
+    assert len(goals) == 4 and all(isinstance(r["met"], bool) for r in goals)  # 2 kernel mixes + 2 real-time goals
