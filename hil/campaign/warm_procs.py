@@ -57,6 +57,7 @@ class _Kept:
         self.role, self.proc, self.ctl_w, self.ack_r, self.key = role, proc, ctl_w, ack_r, key
         self.run = 0
         self.sent = b""
+        self.parked: dict = {}  # its last "parked" answer (the reset gate's counters)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -141,6 +142,7 @@ class ProcessKeeper:
                          "cold_after_timeout": 0, "cold_other_facts": 0}
         self.last: dict = {}
         self.numba_cache = False  # the kept policy process started with the worker's Numba cache
+        self._lost = ""  # why the last pair was discarded
 
     # ---- for hil/safety/launch.py ----
     def acquire(self, plan) -> tuple[subprocess.Popen, subprocess.Popen]:
@@ -151,10 +153,10 @@ class ProcessKeeper:
             why = self._reset(plan)
             if why is None:
                 self.counters["resets"] += 1
-                self.last = {"processes": "reset", "run": self._policy.run}
+                self.last = {"processes": "reset", "run": self._policy.run, "pids": self.pids()}
                 return self._policy.proc, self._safety.proc
         if self._policy is not None:
-            self.discard()
+            self.discard(why)
         numba = False
         if self.seed_numba_cache:
             from hil.campaign.warm import seed_policy_cache
@@ -164,8 +166,9 @@ class ProcessKeeper:
         self._policy = _spawn_kept("policy", plan.policy_cmd, plan.policy_boot, plan.policy_kw)
         self._facts = spawn_facts(plan)
         self.numba_cache = numba
+        self._lost = ""
         self.counters["spawned"] += 1
-        self.last = {"processes": "spawned", "why": why, "policy_numba_cache": numba}
+        self.last = {"processes": "spawned", "why": why, "pids": self.pids()}
         return self._policy.proc, self._safety.proc
 
     def release(self, handles) -> bool:
@@ -176,11 +179,11 @@ class ProcessKeeper:
         if pol is None or handles.policy is not pol.proc or handles.safety is not saf.proc:
             if pol is not None:
                 self.counters["cold_after_death"] += 1
-                self.discard()
+                self.discard("a kept process was restarted during the last run")
             return False
         if not (pol.alive() and saf.alive()):
             self.counters["cold_after_death"] += 1
-            self.discard()
+            self.discard("a kept process died during the last run")
             return False
         for k in (pol, saf):
             k.proc.send_signal(signal.SIGUSR1)
@@ -191,15 +194,16 @@ class ProcessKeeper:
                 ans = k.answer(deadline)
             if ans is None:
                 self.counters["cold_after_timeout"] += 1
-                self.discard()
+                self.discard(f"the {k.role} process did not park within {PARK_MAX_S:g} s")
                 return False
+            k.parked = ans
         self.counters["parked"] += 1
         return True
 
     # ---- internals ----
     def _why_not_kept(self, plan) -> str | None:
         if self._policy is None:
-            return "no kept processes"
+            return self._lost or "no kept processes"
         if not (self._policy.alive() and self._safety.alive()):
             self.counters["cold_after_death"] += 1
             return "a kept process died"
@@ -245,8 +249,10 @@ class ProcessKeeper:
             time.sleep(0.005)
         return None
 
-    def discard(self) -> None:
-        """Stop the kept pair (SIGTERM, SIGKILL after 5 s) and forget it."""
+    def discard(self, why: str = "") -> None:
+        """Stop the kept pair (SIGTERM, SIGKILL after 5 s) and forget it; `why` is what the next
+        run's `last` says."""
+        self._lost = why
         kept = [k for k in (self._policy, self._safety) if k is not None]
         self._policy = self._safety = None
         for k in kept:
