@@ -1,9 +1,9 @@
 """The reset protocol between a campaign worker and the policy / safety processes it keeps warm.
 
-A warm child (hil/campaign/warm_procs.py spawns it) holds two inherited pipes besides its
-bootstrap pipe: `ctl` (worker -> child) and `ack` (child -> worker). Between runs the child is
-*parked*: its run's sockets, receivers, senders, monitor and decision log are closed and it
-blocks reading `ctl`. The worker then writes one signed message:
+A warm child (hil/campaign/warm_procs.py spawns it) holds one end of a Unix socket pair
+besides its bootstrap pipe (the worker holds the other: nobody else can reach it). Between runs
+the child is *parked*: its run's sockets, receivers, senders, monitor and decision log are
+closed and it blocks reading the pair. The worker then writes one signed message:
 
     frame = uint32 LE length of body + tag, body (UTF-8 JSON), tag (16 bytes)
     tag   = BLAKE2b(body, key = reset key, person = b"hil:reset:" + role, digest_size = 16)
@@ -15,20 +15,23 @@ a reset of the safety: put it back to the scenario's start mode mid-run), and th
 the tag's personalisation, so a frame made for one role is never valid for the other.
 `boot` is what a fresh process would get on its bootstrap pipe (the run's scenario and bus
 keys, for the safety its decision log and status paths) plus the run's injected process fault.
+With a reset travels one descriptor (SCM_RIGHTS, on the frame's first byte): the run's stderr
+file, which the child puts in place of its own stderr, as a fresh process inherits it; a
+descriptor that comes with a refused frame is closed.
 
 The child refuses (and counts, and answers with ok = false and the reason) a frame whose tag
 is wrong (`forged`), whose run number is not above the last one it accepted or whose nonce it
 has seen (`stale`: a replay of an earlier reset), or that is malformed. It stays parked after a
 refusal. An accepted reset builds every per-run object again from `boot` and answers
-{"nonce": the reset's nonce, "ok": true, "pid"}; the worker waits for exactly that nonce, so a
-late answer to an earlier reset is never taken for this one.
+{"nonce": the reset's nonce, "ok": true, "pid"} (answers are signed the same way); the worker
+waits for exactly that nonce, so a late answer to an earlier reset is never taken for this one.
 
 End of a run: the worker sends SIGUSR1; the child's run loop stops at its next wake-up (at
 most its 0.2 s receive timeout), closes everything of the run, writes its final status and
-answers {"op": "parked", "run": N} on `ack`. SIGTERM still means exit. A closed `ctl` (the
-worker died) ends the child.
+answers {"op": "parked", "run": N}. SIGTERM still means exit. A closed pair (the worker died)
+ends the child.
 
-Both pipes belong to the worker and the one child: the signature is a second line of defence
+The pair belongs to the worker and the one child: the signature is a second line of defence
 (a descriptor leaked to another process), the nonce and run number guard against a worker bug
 replaying an old frame.
 """
@@ -39,6 +42,7 @@ import hashlib
 import json
 import os
 import select
+import socket
 import struct
 import time
 from hmac import compare_digest
@@ -62,39 +66,52 @@ def encode(key: bytes, role: str, msg: dict) -> bytes:
     return _LEN.pack(len(body) + TAG_BYTES) + body + _tag(key, role, body)
 
 
-def write_frame(fd: int, frame: bytes) -> None:
-    view = memoryview(frame)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+def send_frame(sock: socket.socket, frame: bytes, fds: tuple = ()) -> None:
+    """The whole frame; `fds` travel with its first byte (SCM_RIGHTS)."""
+    if fds:
+        n = socket.send_fds(sock, [frame], list(fds))
+        frame = frame[n:]
+    sock.sendall(frame)
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
-    """n bytes from fd; None at EOF or when the monotonic deadline passes first."""
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None, fds: list) -> bytes | None:
+    """n bytes; descriptors that come with them appended to `fds`. None at EOF or when the
+    monotonic deadline passes first."""
     out = bytearray()
     while len(out) < n:
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not select.select([sock], [], [], left)[0]:
                 return None
-        chunk = os.read(fd, n - len(out))
-        if not chunk:
+        data, got, _flags, _addr = socket.recv_fds(sock, n - len(out), 4)
+        fds.extend(got)
+        if not data:
             return None
-        out += chunk
+        out += data
     return bytes(out)
 
 
-def read_frame(fd: int, timeout_s: float | None = None) -> bytes | None:
-    """The next frame's body + tag; None at EOF or after timeout_s wall s (None: no bound).
-    ValueError for a length no frame of this protocol has."""
+def recv_frame(sock: socket.socket, timeout_s: float | None = None) -> tuple[bytes | None, list[int]]:
+    """(the next frame's body + tag, the descriptors that came with it); (None, fds) at EOF or
+    after timeout_s wall s (None: no bound). ValueError for a length no frame has."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    head = _read_exact(fd, _LEN.size, deadline)
+    fds: list[int] = []
+    head = _recv_exact(sock, _LEN.size, deadline, fds)
     if head is None:
-        return None
+        return None, fds
     (n,) = _LEN.unpack(head)
     if not TAG_BYTES < n <= MAX_FRAME_BYTES:
+        close_all(fds)
         raise ValueError(f"reset frame of {n} bytes (legal: {TAG_BYTES + 1}..{MAX_FRAME_BYTES})")
-    return _read_exact(fd, n, deadline)
+    return _recv_exact(sock, n, deadline, fds), fds
+
+
+def close_all(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def verify(key: bytes, role: str, raw: bytes) -> dict | None:
@@ -142,42 +159,56 @@ class ResetGate:
 
 
 class ChildLink:
-    """A warm child's end of both pipes (from its bootstrap message's "warm" entry)."""
+    """A warm child's end of the socket pair (from its bootstrap message's "warm" entry)."""
 
     def __init__(self, warm: dict, role: str):
         try:
-            self.ctl_fd, self.ack_fd = int(warm["ctl_fd"]), int(warm["ack_fd"])
+            fd = int(warm["fd"])
             key = bytes.fromhex(warm["key"])
         except (KeyError, TypeError, ValueError):
-            raise ValueError("bootstrap.warm needs ctl_fd, ack_fd (ints) and key (hex)") from None
+            raise ValueError("bootstrap.warm needs fd (int) and key (hex)") from None
+        self.sock = socket.socket(fileno=fd)
         self.role = role
         self.gate = ResetGate(key, role)
         self.run = 0
+        self.nonce = None
 
     def answer(self, msg: dict) -> None:
-        write_frame(self.ack_fd, encode(self.gate.key, self.role, {**msg, "pid": os.getpid()}))
+        send_frame(self.sock, encode(self.gate.key, self.role, {**msg, "pid": os.getpid()}))
 
-    def parked(self, status: dict | None = None) -> None:
+    def parked(self) -> None:
         self.answer({"op": "parked", "run": self.run, "gate": dict(self.gate.counters)})
 
     def next_reset(self) -> dict | None:
-        """Block until a reset this child obeys (its boot map), None on exit or a closed pipe.
-        Refused frames are answered (ok = false, why) and waited past."""
+        """Block until a reset this child obeys (its boot map), None on exit or a closed pair.
+        Refused frames are answered (ok = false, why) and waited past. The descriptor a reset
+        brings (the run's stderr) replaces this process's stderr."""
         while True:
             try:
-                raw = read_frame(self.ctl_fd)
+                raw, fds = recv_frame(self.sock)
             except ValueError as exc:
                 self.gate.counters["refused_malformed"] += 1
                 self.answer({"ok": False, "why": f"malformed: {exc}"})
                 return None  # the stream is out of step: nothing after it can be trusted
             if raw is None:
+                close_all(fds)
                 return None
             msg, why = self.gate.check(raw)
-            if msg is None:
-                self.answer({"ok": False, "why": why, "nonce": None})
+            if msg is None or msg["op"] == "exit" or len(fds) > 1:
+                close_all(fds)
+                if msg is None:
+                    self.answer({"ok": False, "why": why, "nonce": None})
+                    continue
+                if msg["op"] == "exit":
+                    return None
+                self.answer({"ok": False, "why": "malformed: more than one descriptor", "nonce": None})
                 continue
-            if msg["op"] == "exit":
-                return None
+            if fds:
+                import sys
+
+                sys.stderr.flush()
+                os.dup2(fds[0], 2)
+                os.close(fds[0])
             self.run = msg["run"]
             self.nonce = msg["nonce"]
             return msg["boot"]

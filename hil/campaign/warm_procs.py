@@ -14,7 +14,8 @@ time. With it, `launch.start` asks `acquire(plan)`:
   environment but for the injected-fault variables, the bus's run directory) is *reset*: each
   process gets one signed message (hil/campaign/reset.py: its own reset key, a run number and
   a fresh nonce) carrying the run's bootstrap map (scenario with its seed, the run's bus keys,
-  the decision log and status paths, the injected process fault), rebuilds every per-run
+  the decision log and status paths, the injected process fault) and the run's stderr file
+  (a descriptor), rebuilds every per-run
   object from it and acknowledges that nonce; then both must write their status files (their
   sockets open), as a fresh process would;
 - anything else (no pair, a process that died or was restarted by the run's supervisor, other
@@ -39,6 +40,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -51,10 +53,10 @@ PARK_MAX_S = 30.0  # wall s for both to end their run and answer "parked" (their
 
 
 class _Kept:
-    """One kept process: its Popen, the worker's ends of its pipes, its reset key."""
+    """One kept process: its Popen, the worker's end of its socket pair, its reset key."""
 
-    def __init__(self, role: str, proc: subprocess.Popen, ctl_w: int, ack_r: int, key: bytes):
-        self.role, self.proc, self.ctl_w, self.ack_r, self.key = role, proc, ctl_w, ack_r, key
+    def __init__(self, role: str, proc: subprocess.Popen, sock: socket.socket, key: bytes):
+        self.role, self.proc, self.sock, self.key = role, proc, sock, key
         self.run = 0
         self.sent = b""
         self.parked: dict = {}  # its last "parked" answer (the reset gate's counters)
@@ -62,42 +64,37 @@ class _Kept:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: dict, fds: tuple = ()) -> None:
         self.sent = rp.encode(self.key, self.role, msg)  # the last frame (tests replay it: refused as stale)
-        rp.write_frame(self.ctl_w, self.sent)
+        rp.send_frame(self.sock, self.sent, fds)
 
     def answer(self, deadline: float) -> dict | None:
-        """The next answer on the ack pipe (tag checked), None at EOF, timeout or a bad tag."""
+        """The next answer (tag checked), None at EOF, timeout or a bad tag."""
         try:
-            raw = rp.read_frame(self.ack_r, max(0.0, deadline - time.monotonic()))
+            raw, fds = rp.recv_frame(self.sock, max(0.0, deadline - time.monotonic()))
         except (ValueError, OSError):
             return None
+        rp.close_all(fds)  # a child sends none
         return None if raw is None else rp.verify(self.key, self.role, raw)
 
     def close(self) -> None:
-        for fd in (self.ctl_w, self.ack_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.sock.close()
 
 
 def _spawn_kept(role: str, cmd: list, boot: dict, kw: dict) -> _Kept:
     from hil.safety.launch import spawn
 
-    ctl_r, ctl_w = os.pipe()
-    ack_r, ack_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     key = secrets.token_bytes(32)
     try:
-        proc = spawn(cmd, {**boot, "warm": {"ctl_fd": ctl_r, "ack_fd": ack_w, "key": key.hex()}},
-                     extra_fds=(ctl_r, ack_w), **kw)
+        proc = spawn(cmd, {**boot, "warm": {"fd": theirs.fileno(), "key": key.hex()}},
+                     extra_fds=(theirs.fileno(),), **kw)
     except BaseException:
-        for fd in (ctl_r, ctl_w, ack_r, ack_w):
-            os.close(fd)
+        ours.close()
         raise
-    os.close(ctl_r)
-    os.close(ack_w)
-    return _Kept(role, proc, ctl_w, ack_r, key)
+    finally:
+        theirs.close()
+    return _Kept(role, proc, ours, key)
 
 
 def spawn_facts(plan) -> str:
@@ -224,7 +221,8 @@ class ProcessKeeper:
             k.run += 1
             nonces[k.role] = secrets.token_hex(16)
             try:
-                k.send({"op": "reset", "run": k.run, "nonce": nonces[k.role], "boot": boots[k.role]})
+                # with the run's stderr (this worker's fd 2, the run's stderr.log): the child's from now on
+                k.send({"op": "reset", "run": k.run, "nonce": nonces[k.role], "boot": boots[k.role]}, fds=(2,))
             except OSError as exc:
                 self.counters["cold_after_death"] += 1
                 return f"reset of the {k.role} process not delivered: {exc}"
@@ -256,7 +254,7 @@ class ProcessKeeper:
         kept = [k for k in (self._policy, self._safety) if k is not None]
         self._policy = self._safety = None
         for k in kept:
-            k.close()  # a parked process sees its control pipe close and exits
+            k.close()  # a parked process sees its socket pair close and exits
             if k.alive():
                 try:
                     k.proc.terminate()

@@ -115,6 +115,16 @@ def test_warm_worker_runs_equal_cold_runs(tmp_path):
         assert _strip(warm_log[0]) == _strip(cold_log[0]), k  # the scenario's start mode, checks, version
         steps = [r["step"] for r in warm_log if r.get("event") == "decision"]
         assert steps and steps[0] == 0 and steps == sorted(steps), k
+        # the safety's counters are the run's own (not summed over the runs of its process) ...
+        for res in (cold[k], warm[k]):
+            n, saf = res["summary"]["steps"], res["summary"]["safety"]
+            # (a dead policy: the last observation's decision may wait for its deadline past the run's end)
+            assert saf["obs_accepted"] == n and saf["obs_dropped_auth"] == 0, (k, saf)
+            assert saf["decisions"] == n or (".crash." in k and saf["decisions"] == n - 1), (k, saf)
+        # ... and so is the stderr both processes wrote: the run's own stderr.log
+        run_dir = tmp_path / "warm" / "runs" / k
+        err = (run_dir / "stderr.log").read_text()
+        assert f"log {run_dir / 'safety-decisions.jsonl'}" in err and "policy: v" in err, (k, err[-2000:])
     for run_id in order:
         a, b = cold[run_id], warm[run_id]
         assert b["digest"] == a["digest"], run_id  # the same recording, bit for bit
@@ -175,7 +185,7 @@ def test_kept_processes_refuse_forged_and_replayed_resets(tmp_path, monkeypatch)
                   rp.encode(pol.key, "safety", {"op": "reset", "run": 99, "nonce": "f2", "boot": {}}),
                   replay]
         for frame in forged:
-            rp.write_frame(saf.ctl_w, frame)
+            rp.send_frame(saf.sock, frame)
         deadline = time.monotonic() + 60.0
         whys = [saf.answer(deadline) for _ in forged]
         assert [w["ok"] for w in whys] == [False] * 3, whys

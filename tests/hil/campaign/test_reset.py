@@ -1,8 +1,10 @@
 """hil/campaign/reset.py: which reset frames a warm child obeys (signed with its role's key, a
-run number above the last, a nonce never seen), over real pipes; and which runs a kept pair
+run number above the last, a nonce never seen), over a real socket pair, with the run's
+stderr descriptor a reset brings; and which runs a kept pair
 may serve (hil/campaign/warm_procs.py spawn_facts)."""
 
 import os
+import socket
 
 import pytest
 
@@ -39,46 +41,55 @@ def test_gate_obeys_signed_fresh_resets_only():
     assert gate.check(rp.encode(KEY, "safety", reset_msg(2, "c"))[4:])[1] == ""  # and the next one is obeyed
 
 
-def test_child_link_answers_refusals_and_waits_for_a_valid_reset():
-    ctl_r, ctl_w = os.pipe()
-    ack_r, ack_w = os.pipe()
+def test_child_link_answers_refusals_and_waits_for_a_valid_reset(tmp_path):
+    ours, theirs = socket.socketpair()
+    link = rp.ChildLink({"fd": theirs.detach(), "key": KEY.hex()}, "policy")  # the socket is the link's now
+    saved_stderr = os.dup(2)
+    log = open(tmp_path / "run1-stderr.log", "wb")
+    junk = open(tmp_path / "junk", "wb")
     try:
-        link = rp.ChildLink({"ctl_fd": ctl_r, "ack_fd": ack_w, "key": KEY.hex()}, "policy")
         first = rp.encode(KEY, "policy", reset_msg(1, "n1", seed=1))
-        for frame in (rp.encode(os.urandom(32), "policy", reset_msg(1, "n0")), first):
-            rp.write_frame(ctl_w, frame)
+        # a forged frame with a descriptor (closed, not installed), then the real reset with the run's stderr
+        rp.send_frame(ours, rp.encode(os.urandom(32), "policy", reset_msg(1, "n0")), fds=(junk.fileno(),))
+        rp.send_frame(ours, first, fds=(log.fileno(),))
         assert link.next_reset()["seed"] == 1
         link.acknowledge(True)
-        refused = rp.verify(KEY, "policy", rp.read_frame(ack_r, 5.0))
-        assert refused["ok"] is False and refused["why"].startswith("forged")
-        ack = rp.verify(KEY, "policy", rp.read_frame(ack_r, 5.0))
+        os.write(2, b"written by the reset child\n")
+        assert (tmp_path / "run1-stderr.log").read_bytes() == b"written by the reset child\n"
+        assert (tmp_path / "junk").read_bytes() == b""
+        raw, fds = rp.recv_frame(ours, 5.0)
+        refused = rp.verify(KEY, "policy", raw)
+        assert refused["ok"] is False and refused["why"].startswith("forged") and fds == []
+        ack = rp.verify(KEY, "policy", rp.recv_frame(ours, 5.0)[0])
         assert ack["op"] == "reset" and ack["ok"] is True and ack["nonce"] == "n1" and ack["pid"] == os.getpid()
         # the earlier reset replayed, then exit: refused as stale, and no reset returned
-        rp.write_frame(ctl_w, first)
-        rp.write_frame(ctl_w, rp.encode(KEY, "policy", {"op": "exit"}))
+        rp.send_frame(ours, first)
+        rp.send_frame(ours, rp.encode(KEY, "policy", {"op": "exit"}))
         assert link.next_reset() is None
-        assert rp.verify(KEY, "policy", rp.read_frame(ack_r, 5.0))["why"].startswith("stale")
-        # a closed control pipe (the worker died): no reset
-        os.close(ctl_w)
-        ctl_w = -1
-        assert link.next_reset() is None
+        assert rp.verify(KEY, "policy", rp.recv_frame(ours, 5.0)[0])["why"].startswith("stale")
         # no answer within the bound: None, not a hang
-        assert rp.read_frame(ack_r, 0.05) is None
+        assert rp.recv_frame(ours, 0.05)[0] is None
+        # a closed pair (the worker died): no reset
+        ours.close()
+        assert link.next_reset() is None
     finally:
-        for fd in (ctl_r, ctl_w, ack_r, ack_w):
-            if fd >= 0:
-                os.close(fd)
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+        ours.close()
+        link.sock.close()
+        log.close()
+        junk.close()
 
 
 def test_a_frame_length_out_of_range_is_an_error():
-    r, w = os.pipe()
+    ours, theirs = socket.socketpair()
     try:
-        os.write(w, (rp.MAX_FRAME_BYTES + 1).to_bytes(4, "little"))
+        ours.sendall((rp.MAX_FRAME_BYTES + 1).to_bytes(4, "little"))
         with pytest.raises(ValueError, match="reset frame"):
-            rp.read_frame(r, 1.0)
+            rp.recv_frame(theirs, 1.0)
     finally:
-        os.close(r)
-        os.close(w)
+        ours.close()
+        theirs.close()
 
 
 def plan(**over) -> LaunchPlan:
