@@ -2,7 +2,7 @@
 on a stratified sample and projected to the whole mix, cold and warm workers in one run.
 
     python benchmarks/campaign_throughput.py [--campaign FILE] [--scenarios plc,policy]
-        [--seeds-per-stratum K] [--workers W] [--modes warm,warm_nocache,cold] [--check OUT --check-wall-s S]
+        [--seeds-per-stratum K] [--workers W] [--modes warm,warm_spawn,warm_nocache,cold] [--check OUT --check-wall-s S]
         [--ab-policy-cache N]   # also: one policy run N times with, N times without the policy's Numba cache
         [--quick]      # smoke run: 2 strata, 30 min of batch per run; its times are no figure
 
@@ -13,19 +13,20 @@ run has its twin) and the first seed of every canary. Each mode runs the sample 
 workers into a fresh directory:
 
 - warm: the local pool as `hil campaign run` uses it (each worker started once: imports and the
-  Numba cache paid once per worker; lockstep runs fork their recorder);
-  policy runs load the policy's Numba kernel from the worker's cache (hil/campaign/warm.py);
-- warm_nocache: the same pool with every policy run compiling the policy's kernel (the warm pool
-  before hil/campaign/warm.py: the "before" of that change, measured in the same run);
+  Numba cache paid once per worker; lockstep runs fork their recorder; policy runs reuse the
+  worker's policy and safety processes, reset per run, hil/campaign/warm_procs.py; a fresh
+  pair loads the policy's Numba kernel from the worker's cache, hil/campaign/warm.py);
+- warm_spawn: the same pool with every policy run starting its own policy and safety processes
+  (the warm pool before hil/campaign/warm_procs.py: the "before" of that change, same run);
+- warm_nocache: the warm_spawn pool with every policy run compiling the policy's kernel (the
+  warm pool before hil/campaign/warm.py: the "before" of that change, measured in the same run);
 - cold: a fresh worker process per run (`max_tasks_per_child = 1`): imports and the Numba cache
   paid by every run, the policy's kernel compiled by every policy run.
 Modes run one after the other in the order given (a mode is minutes; the load average before
-and after is printed: this machine is shared). The policy and safety PROCESSES of a policy run
-are started per run in both modes (keeping them alive across runs needs hil/safety/launch.py
-and hil/runtime.py changes that are not built); `helpers_start_stop_s` says what that costs per
-run (the run's own phase marks: Runtime.run start to its on_started, on_stopping to its end),
-and `projected_full_s_helpers_free` is the projection with that time taken out of every run: a
-bound on what processes kept alive could save, if resetting them cost nothing (it does not).
+and after is printed: this machine is shared). `helpers_start_stop_s` says what starting and
+stopping a run's helpers costs per run (the run's own phase marks: Runtime.run start to its
+on_started, on_stopping to its end; with kept processes: their reset and parking), and
+`projected_full_s_helpers_free` is the projection with that time taken out of every run.
 
 Projection of the full mix (per mode): sum over strata of N_stratum x mean run wall time of the
 stratum / W, plus the sample's measured overhead (its end-to-end time minus its run time / W:
@@ -109,7 +110,8 @@ def mean_phases(results: list[dict]) -> dict:
     return {sc: {k: round(sum(v) / len(v), 3) for k, v in ph.items()} for sc, ph in by.items()}
 
 
-MODES = {"warm": {}, "warm_nocache": {"policy_cache": False}, "cold": {"cold": True}}
+MODES = {"warm": {}, "warm_spawn": {"warm_processes": False},
+         "warm_nocache": {"policy_cache": False, "warm_processes": False}, "cold": {"cold": True}}
 
 
 def run_mode(c, picked: list, workers: int, mode: str, tmp: Path) -> tuple[list[dict], float, float]:
@@ -202,7 +204,7 @@ def main() -> None:
     ap.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
     ap.add_argument("--seeds-per-stratum", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--modes", default="warm,warm_nocache,cold")
+    ap.add_argument("--modes", default="warm,warm_spawn,cold")
     ap.add_argument("--check", default=None, help="output directory of a full run of the same selection")
     ap.add_argument("--check-wall-s", type=float, default=None, help="that full run's end-to-end wall s")
     ap.add_argument("--quick", action="store_true",
@@ -242,6 +244,8 @@ def main() -> None:
                  "mean_phases_s": mean_phases(res),
                  "policy_runs_with_warm_numba_cache": sum(bool((r.get("warm") or {}).get("policy_numba_cache"))
                                                           for r in res),
+                 "policy_runs_on_kept_processes": sum(((r.get("warm") or {}).get("processes") or {})
+                                                      .get("processes") == "reset" for r in res),
                  **project(groups, res, a.workers, e2e, rep)}
             phases = m["mean_phases_s"]
             m["helpers_start_stop_s"] = {sc: round(ph.get("start_s", 0.0) + ph.get("stop_s", 0.0), 3)
@@ -260,6 +264,9 @@ def main() -> None:
     if "warm" in out["modes"] and "cold" in out["modes"]:
         out["cold_over_warm"] = round(out["modes"]["cold"]["projected_full_s"]
                                       / out["modes"]["warm"]["projected_full_s"], 3)
+    if "warm" in out["modes"] and "warm_spawn" in out["modes"]:
+        out["spawn_over_warm"] = round(out["modes"]["warm_spawn"]["projected_full_s"]
+                                       / out["modes"]["warm"]["projected_full_s"], 3)
     if "warm" in out["modes"] and "warm_nocache" in out["modes"]:
         out["nocache_over_warm"] = round(out["modes"]["warm_nocache"]["projected_full_s"]
                                          / out["modes"]["warm"]["projected_full_s"], 3)

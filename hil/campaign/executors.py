@@ -3,7 +3,8 @@
 Local pool: `workers` processes (default: the number of CPUs), each started once and reused
 for many runs, so imports, the Numba cache load and the plant's warm-up are paid once per
 worker, not per run, and a policy run's policy process loads its kernel from the worker's
-Numba cache instead of compiling it (hil/campaign/warm.py). Each worker leads its own process
+Numba cache instead of compiling it (hil/campaign/warm.py); lockstep policy runs reuse the
+worker's policy and safety processes, reset by a signed message (hil/campaign/warm_procs.py). Each worker leads its own process
 group (os.setpgrp), holding the helper processes its runs start (recorder, policy, safety): on Ctrl-C (or any error in the
 driver) every group gets SIGTERM (a run stops at its next step and cleans up its shared
 memory), then SIGKILL after 5 s. A run interrupted that way writes no result, so the next
@@ -26,7 +27,7 @@ import multiprocessing as mp
 _CAMPAIGN = None
 
 
-def _worker_init(campaign, warm_policy_cache: bool = True) -> None:
+def _worker_init(campaign, warm_policy_cache: bool = True, warm_processes: bool = False) -> None:
     global _CAMPAIGN
     os.setpgrp()  # its own group: the driver cleans up the worker and every child of its runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
@@ -38,6 +39,7 @@ def _worker_init(campaign, warm_policy_cache: bool = True) -> None:
 
     worker.FORK_HELPERS = True  # this process is single-threaded: lockstep runs fork their recorder
     worker.WARM_POLICY_CACHE = warm_policy_cache  # policy runs: the worker's Numba cache (hil/campaign/warm.py)
+    worker.WARM_PROCESSES = warm_processes  # lockstep policy runs: kept policy/safety processes (warm_procs.py)
 
 
 def _terminate(*_args) -> None:
@@ -54,15 +56,18 @@ def _worker_run(run, out_dir: str, realtime):
 
 
 def run_local(campaign, runs, out_dir: Path, workers: int, on_result: Callable[[dict], None],
-              realtime: bool | None = None, cold: bool = False, policy_cache: bool = True) -> None:
+              realtime: bool | None = None, cold: bool = False, policy_cache: bool = True,
+              warm_processes: bool = True) -> None:
     """Execute `runs` on a pool of `workers` warm processes; on_result(result) per finished run.
     cold=True: a fresh worker process per run (imports and the Numba cache paid by every run, the
     policy's kernel compiled by every policy run), the reference benchmarks/campaign_throughput.py
     measures the warm pool against. policy_cache=False: policy runs compile the policy's kernel
-    (the warm pool as it was before hil/campaign/warm.py; benchmarks only)."""
+    (the warm pool as it was before hil/campaign/warm.py; benchmarks only). warm_processes=False:
+    every policy run starts its own policy and safety processes (the warm pool as it was before
+    hil/campaign/warm_procs.py; benchmarks only)."""
     ctx = mp.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
-                               initargs=(campaign, policy_cache and not cold), max_tasks_per_child=1 if cold else None)
+                               initargs=(campaign, policy_cache and not cold, warm_processes and not cold), max_tasks_per_child=1 if cold else None)
     pending: dict = {}
     todo = list(runs)
     attempts: dict = {}

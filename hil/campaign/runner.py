@@ -91,7 +91,7 @@ class CampaignProgress:
 def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0, address: str | None = None,
                  progress: bool = True, console=None, realtime: bool | None = None,
                  only: list[str] | None = None, cold: bool = False,
-                 policy_cache: bool = True) -> list[dict]:
+                 policy_cache: bool = True, warm_processes: bool = True) -> list[dict]:
     """Run every run of the campaign that has no result yet; return all results (old and new).
     cold: the local pool starts a fresh worker per run; policy_cache=False: its warm workers do not
     share the policy's Numba cache (both for benchmarks only; see executors.run_local)."""
@@ -143,7 +143,7 @@ def run_campaign(c, out_dir: Path, *, executor: str = "local", workers: int = 0,
                 from hil.campaign.executors import run_local
 
                 run_local(c, todo, out_dir, workers, on_result, realtime=realtime, cold=cold,
-                          policy_cache=policy_cache)
+                          policy_cache=policy_cache, warm_processes=warm_processes)
         state = "finished"
     finally:
         prog.write(state)

@@ -70,10 +70,12 @@ def policy_cache(timeout_s: float = 600.0) -> Path | None:
     return d
 
 
-def seed_policy_cache(ipc_dir: str | os.PathLike, policy_section) -> bool:
+def seed_policy_cache(ipc_dir: str | os.PathLike, policy_section, replace: bool = False) -> bool:
     """Copy this worker's cache to where the run's policy process will look for it
     (`<ipc_dir>/policy/numba-cache`), owned by the uid the policy runs as; True if seeded.
-    Call before the Runtime starts the policy (hil/confine.prepare_policy_dir keeps the directory)."""
+    Call before the Runtime starts the policy (hil/confine.prepare_policy_dir keeps the directory).
+    replace: a copy already there (an earlier policy process's, hil/campaign/warm_procs.py) is
+    deleted first, so a fresh process never reads what another one wrote."""
     from hil.confine import policy_confinement, policy_dir
 
     store = policy_cache()
@@ -82,6 +84,8 @@ def seed_policy_cache(ipc_dir: str | os.PathLike, policy_section) -> bool:
     pdir = Path(policy_dir(str(ipc_dir)))
     pdir.mkdir(mode=0o700, exist_ok=True)
     dest = pdir / CACHE_SUBDIR
+    if replace and dest.exists():
+        shutil.rmtree(dest)
     shutil.copytree(store, dest)
     conf = policy_confinement(policy_section)
     if conf.kind == "uid":  # its own uid: the cache must be its own to read and to update

@@ -12,7 +12,8 @@ per criterion {"status": "pass" | "fail" | "n/a", "value", "detail"}, the interv
 and `digest`: sha256 of every deterministic column of the recording (all but wall_ns and
 lateness_us), which `hil campaign replay` compares bit for bit, and `phases_s`: where the
 run's wall time went (PhaseClock: setup, helper start, loop, helper stop, criteria), and
-`warm`: what the run reused from its worker (hil/campaign/warm.py).
+`warm`: what the run reused from its worker (hil/campaign/warm.py; `processes`: kept policy
+and safety processes reset for the run, or spawned, and why, hil/campaign/warm_procs.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,22 @@ from hil.ports import check_ports, with_free_ports
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
 WARM_POLICY_CACHE = False  # set in the local pool's warm workers: policy runs get the worker's Numba cache
 #                            (hil/campaign/warm.py) instead of compiling the policy's kernel per run
+WARM_PROCESSES = False  # set in the local pool's warm workers: lockstep policy runs reuse this worker's
+#                         policy and safety processes, reset per run (hil/campaign/warm_procs.py)
+_KEEPER = None  # this worker's ProcessKeeper, made on its first policy run
+
+
+def process_keeper():
+    """This worker's ProcessKeeper (made once; its processes stopped when the worker exits)."""
+    global _KEEPER
+    if _KEEPER is None:
+        import atexit
+
+        from hil.campaign.warm_procs import ProcessKeeper
+
+        _KEEPER = ProcessKeeper(seed_numba_cache=WARM_POLICY_CACHE)
+        atexit.register(_KEEPER.close)
+    return _KEEPER
 
 
 class RunInterrupted(Exception):
@@ -139,7 +156,8 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     t_wall = time.monotonic()
     clock = PhaseClock()
     warm = {"fork_helpers": bool(FORK_HELPERS and not realtime), "policy_numba_cache": False}
-    ipc_dir = tempfile.mkdtemp(prefix="hilc-")
+    ipc_dir = None
+    keeper = None
     env_set: list[str] = []
     # this run's stderr (and that of the processes it starts: policy, safety) to a file of its own
     log_fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -150,7 +168,15 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
     _recorder.START_METHOD = "fork" if (FORK_HELPERS and not realtime) else "spawn"
     try:
         sc0 = load_scenario_ref(c, ref)  # as declared: the safety envelope criteria hold runs to it
-        if WARM_POLICY_CACHE and sc0.bus is not None and sc0.policy is not None:
+        if WARM_PROCESSES and not realtime and sc0.bus is not None and sc0.policy is not None:
+            from hil.safety import launch
+
+            keeper = process_keeper()  # its bus directory: the kept processes' sockets have fixed paths
+            ipc_dir = keeper.ipc_dir
+            launch.KEEPER = keeper
+        else:
+            ipc_dir = tempfile.mkdtemp(prefix="hilc-")
+        if keeper is None and WARM_POLICY_CACHE and sc0.bus is not None and sc0.policy is not None:
             from hil.campaign.warm import seed_policy_cache
 
             warm["policy_numba_cache"] = seed_policy_cache(ipc_dir, sc0.policy)
@@ -219,7 +245,14 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
         os.close(log_fd)
         for key in env_set:
             os.environ.pop(key, None)
-        shutil.rmtree(ipc_dir, ignore_errors=True)
+        if keeper is not None:
+            from hil.safety import launch
+
+            launch.KEEPER = None
+            warm["processes"] = dict(keeper.last)
+            warm["policy_numba_cache"] = bool(keeper.numba_cache)
+        elif ipc_dir is not None:
+            shutil.rmtree(ipc_dir, ignore_errors=True)
     result["wall_s"] = round(time.monotonic() - t_wall, 3)
     result["phases_s"] = clock.phases()
     result["warm"] = warm  # what this run reused from its worker (hil/campaign/executors.py, warm.py)

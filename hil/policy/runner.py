@@ -169,7 +169,9 @@ class PolicyRunner:
             return None
 
     # ---- process ----
-    def run(self, parent_pid: int | None = None, status_path: str | None = None) -> None:
+    def run(self, parent_pid: int | None = None, status_path: str | None = None, stop: list | None = None) -> None:
+        """Serve until SIGTERM/SIGINT (or `stop` gets an item: a warm process's caller installs
+        the handlers that fill it, hil/campaign/reset.py) or the parent is gone."""
         bus, name = self.scenario.bus, self.scenario.name
         ctx = zmq.Context()
         obs = open_socket(ctx, zmq.PULL, bus.endpoint("obs_policy", name), bind=False, hwm=bus.hwm,
@@ -184,9 +186,10 @@ class PolicyRunner:
         cmd = open_socket(ctx, zmq.PULL, bus.endpoint("command", name), bind=False, hwm=bus.hwm,
                           max_bytes=self.cmd_rx.max_bytes)
         obs.setsockopt(zmq.RCVTIMEO, 200)  # ms: housekeeping (parent alive, status) while idle
-        stop = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.append(1))
+        if stop is None:
+            stop = []
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.append(1))
         next_check = time.monotonic() + 0.5
         if status_path:
             write_json_atomic(status_path, self.status())
@@ -265,7 +268,7 @@ def main(argv=None, boot: dict | None = None, confinement: dict | None = None) -
     applied by the process's entry (hil/policy/process.py, before numpy started its threads);
     None: read and apply them here (a runner started by hand)."""
     from hil.errors import ConfigError
-    from hil.safety.launch import load_child_scenario, read_bootstrap
+    from hil.safety.launch import read_bootstrap
 
     ap = argparse.ArgumentParser(prog="python -m hil.policy.runner", description=__doc__.splitlines()[0])
     ap.add_argument("config")
@@ -277,8 +280,6 @@ def main(argv=None, boot: dict | None = None, confinement: dict | None = None) -
                     help="inherited pipe carrying the scenario, the channel keys and the confinement")
     args = ap.parse_args(argv)
     try:
-        from hil.bus.auth import child_key
-
         if boot is None:
             boot = read_bootstrap(args.bootstrap_fd)
             confinement = confine_self(boot.get("confine"))  # before the policy is loaded
@@ -293,17 +294,62 @@ def main(argv=None, boot: dict | None = None, confinement: dict | None = None) -
             print(f"policy: root's capabilities not dropped ({confinement['capabilities']}): refusing to run",
                   file=sys.stderr)
             return 2
-        scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
-        key = child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None
-        runner = PolicyRunner(scenario, args.config, args.version, key=key)
-        runner.confinement = confinement
+        warm = boot.pop("warm", None)
+        runner = _build(boot, args, confinement)
     except (ConfigError, ValueError) as exc:
         print(f"policy: {exc}", file=sys.stderr)
         return 2
+    if warm is None:
+        runner.run(args.parent_pid, args.status)
+        return 0
+    return _serve_warm(runner, warm, args, confinement)
+
+
+def _build(boot: dict, args, confinement: dict) -> PolicyRunner:
+    """A runner for one run from its bootstrap map (scenario, channel keys): every per-run
+    object new (receivers and their replay windows, sender session, policy state, counters),
+    the global RNGs reseeded with the run's seed (hil/campaign/reset.py seed_run)."""
+    from hil.bus.auth import child_key
+    from hil.campaign.reset import seed_run
+    from hil.safety.launch import load_child_scenario
+
+    scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
+    key = child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None
+    seed_run(scenario)
+    runner = PolicyRunner(scenario, args.config, args.version, key=key)
+    runner.confinement = confinement
     print(f"policy: {runner.version} ({runner.policy.kind}) on {', '.join(runner.action_names)}",
           file=sys.stderr, flush=True)
-    runner.run(args.parent_pid, args.status)
-    return 0
+    return runner
+
+
+def _serve_warm(runner: PolicyRunner, warm: dict, args, confinement: dict) -> int:
+    """A process kept alive across a campaign's runs (hil/campaign/reset.py): serve a run until
+    SIGUSR1 (park) or SIGTERM (exit), report parked, wait for the next signed reset, build
+    every per-run object again from it, acknowledge, serve."""
+    from hil.campaign.reset import ChildLink, apply_fault_env
+
+    link = ChildLink(warm, "policy")
+    stop: list = []
+    signal.signal(signal.SIGUSR1, lambda *_: stop.append("park"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append("exit"))
+    while True:
+        runner.run(args.parent_pid, args.status, stop=stop)
+        if "park" not in stop or "exit" in stop:
+            return 0
+        link.parked()
+        boot = link.next_reset()
+        if boot is None or "exit" in stop:
+            return 0
+        stop.clear()
+        try:
+            apply_fault_env(boot, "policy")
+            runner = _build(boot, args, confinement)
+        except Exception as exc:  # noqa: BLE001  (refused: the worker starts a fresh process)
+            link.acknowledge(False, f"{type(exc).__name__}: {exc}")
+            return 2
+        link.acknowledge(True)
 
 
 if __name__ == "__main__":

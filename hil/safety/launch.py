@@ -99,16 +99,17 @@ def read_bootstrap(fd: int | None) -> dict:
     return json.loads(b"".join(chunks).decode())
 
 
-def spawn(cmd: list, boot: dict, **popen_kw) -> subprocess.Popen:
+def spawn(cmd: list, boot: dict, extra_fds: tuple = (), **popen_kw) -> subprocess.Popen:
     """Start `cmd` with `--bootstrap-fd N` and write `boot` (JSON) into that inherited pipe: the
     way keys reach a child (an environment block stays readable in /proc/<pid>/environ; an
     argument in /proc/<pid>/cmdline). The write runs in a thread (a scenario can exceed the
-    pipe's buffer before the child reads)."""
+    pipe's buffer before the child reads). `extra_fds`: further descriptors the child inherits
+    (a warm process's reset pipes, hil/campaign/reset.py)."""
     import threading
 
     r, w = os.pipe()
     try:
-        proc = subprocess.Popen(cmd + ["--bootstrap-fd", str(r)], pass_fds=(r,), **popen_kw)
+        proc = subprocess.Popen(cmd + ["--bootstrap-fd", str(r)], pass_fds=(r, *extra_fds), **popen_kw)
     except BaseException:
         os.close(w)
         raise
@@ -190,7 +191,6 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     safety_cmd = [sys.executable, "-m", "hil.safety.wrapper", scenario_path or "scenario.toml",
                   "--log", log, "--status", status, "--parent-pid", me]
     safety_boot = {"scenario": sc_data, **bootstrap_keys(secret)}
-    safety = spawn(safety_cmd, safety_boot, **common)
     cmd = [sys.executable, "-m", "hil.policy.process", scenario_path or "scenario.toml",
            "--status", pol_status, "--parent-pid", me]
     if policy_version:
@@ -207,7 +207,12 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
     pol_kw = {**common, "env": pol_env, "cwd": pdir}
     if conf.kind == "uid":
         pol_kw.update(user=conf.uid, group=conf.gid, extra_groups=[])
-    policy = spawn(cmd, pol_boot, **pol_kw)
+    if KEEPER is not None:  # a campaign's warm worker: its kept processes, reset for this run
+        policy, safety = KEEPER.acquire(LaunchPlan(cmd, pol_boot, pol_kw, safety_cmd, safety_boot, common, log,
+                                                   status, pol_status, rdir, scenario.policy))
+    else:
+        safety = spawn(safety_cmd, safety_boot, **common)
+        policy = spawn(cmd, pol_boot, **pol_kw)
     handles = Handles(policy, safety, log, status, pol_status, workdir, policy_cmd=cmd, env=pol_env,
                       popen_kw=pol_kw, policy_boot=pol_boot, confinement=conf.as_dict(),
                       safety_cmd=safety_cmd, safety_boot=safety_boot, safety_kw=common,
@@ -218,6 +223,30 @@ def start(scenario, scenario_path: str, log_dir: str | None = None, stderr=None,
         codes = stop(handles)
         raise RuntimeError(f"policy/safety processes did not come up: {why} (exit codes {codes}); see their stderr")
     return handles
+
+
+@dataclass
+class LaunchPlan:
+    """How `start` would spawn a run's two children: what a process keeper
+    (hil/campaign/warm_procs.py) compares with the processes it keeps, and sends them instead."""
+
+    policy_cmd: list
+    policy_boot: dict
+    policy_kw: dict
+    safety_cmd: list
+    safety_boot: dict
+    safety_kw: dict
+    log: str  # the run's decision log
+    status: str  # the safety's status file
+    policy_status: str
+    run_dir: str  # the bus's run directory (sockets, key, the policy's directory)
+    policy_section: object = None  # the scenario's [policy] (its confinement)
+
+
+# A campaign worker's process keeper (hil/campaign/warm_procs.py), or None: `start` asks it for
+# the run's policy and safety processes (kept ones, reset by a signed message, or fresh ones),
+# `stop` hands them back to it (parked between runs instead of stopped).
+KEEPER = None
 
 
 def resume_mode(handles: Handles) -> str:
@@ -305,6 +334,9 @@ def stop(handles: Handles | None, timeout_s: float = 5.0) -> dict:
         return {}
     if handles.supervisor is not None:
         handles.supervisor.tick(observe_only=True)  # the policy's state as the run ends
+    if KEEPER is not None and KEEPER.release(handles):  # parked for the next run, its final status written
+        shutil.rmtree(handles.workdir, ignore_errors=True)
+        return {"policy": None, "safety": None}
     procs = {"policy": handles.policy, "safety": handles.safety}
     for p in procs.values():
         if p.poll() is None:

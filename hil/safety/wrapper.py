@@ -290,7 +290,9 @@ class SafetyProcess:
         os.replace(tmp, self.status_path)
 
     # ---- the process loop ----
-    def run(self, parent_pid: int | None = None) -> None:
+    def run(self, parent_pid: int | None = None, stop: list | None = None) -> None:
+        """Serve until SIGTERM/SIGINT (or `stop` gets an item: a warm process's caller installs
+        the handlers that fill it, hil/campaign/reset.py) or the parent is gone."""
         bus, name = self.scenario.bus, self.scenario.name
         ctx = zmq.Context()
         ep = lambda n: bus.endpoint(n, name)  # noqa: E731
@@ -311,9 +313,10 @@ class SafetyProcess:
         poller = zmq.Poller()
         for key in ("obs", "proposal", "control"):
             poller.register(socks[key], zmq.POLLIN)
-        stop = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.append(1))
+        if stop is None:
+            stop = []
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.append(1))
         pending = None  # (obs message, wall deadline)
         early: dict[int, object] = {}  # proposals that arrived before their observation
         misses = 0  # consecutive observations the policy did not answer in time
@@ -416,7 +419,7 @@ class SafetyProcess:
 def main(argv=None) -> int:
     from hil.confine import set_non_dumpable
     from hil.errors import ConfigError
-    from hil.safety.launch import load_child_scenario, read_bootstrap
+    from hil.safety.launch import read_bootstrap
 
     set_non_dumpable()  # first: before the secret is in memory, no same-uid process may read it
     ap = argparse.ArgumentParser(prog="python -m hil.safety.wrapper", description=__doc__.splitlines()[0])
@@ -429,22 +432,66 @@ def main(argv=None) -> int:
                     help="inherited pipe carrying the scenario and the bus secret (from hil.safety.launch)")
     args = ap.parse_args(argv)
     try:
-        from hil.bus.auth import child_key
-
         boot = read_bootstrap(args.bootstrap_fd)
-        scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
-        proc = SafetyProcess(scenario, args.config, args.log, args.status,
-                             key=child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None)
-        if boot.get("resume"):  # a restart after a death (hil/safety/watch.py): never above that mode
-            proc.core.resume(boot["resume"].get("mode", "shadow"))
-        boot.clear()
+        warm = boot.pop("warm", None)
+        proc = _build(boot, args, args.log, args.status)
     except (ConfigError, ValueError) as exc:
         print(f"safety: {exc}", file=sys.stderr)
         return 2
+    if warm is None:
+        proc.run(args.parent_pid)
+        return 0
+    return _serve_warm(proc, warm, args)
+
+
+def _build(boot: dict, args, log: str | None, status: str | None) -> SafetyProcess:
+    """A safety process's per-run state from its bootstrap map: receivers and replay windows,
+    senders (a new session), the core (monitor, gate, rollout at the scenario's start mode), the
+    decision log at `log`, counters; the global RNGs reseeded with the run's seed."""
+    from hil.bus.auth import child_key
+    from hil.campaign.reset import seed_run
+    from hil.safety.launch import load_child_scenario
+
+    scenario = load_child_scenario(args.config, args.scenario_json, boot.get("scenario"))
+    seed_run(scenario)
+    proc = SafetyProcess(scenario, args.config, log, status,
+                         key=child_key(scenario.bus, scenario.name, boot) if scenario.bus is not None else None)
+    if boot.get("resume"):  # a restart after a death (hil/safety/watch.py): never above that mode
+        proc.core.resume(boot["resume"].get("mode", "shadow"))
+    boot.clear()
     print(f"safety: mode {proc.core.rollout.mode}, policy {proc.core.version}, log {proc.log_path}",
           file=sys.stderr, flush=True)
-    proc.run(args.parent_pid)
-    return 0
+    return proc
+
+
+def _serve_warm(proc: SafetyProcess, warm: dict, args) -> int:
+    """A process kept alive across a campaign's runs (hil/campaign/reset.py): serve a run until
+    SIGUSR1 (park: the decision log closed, the final status written) or SIGTERM (exit), report
+    parked, wait for the next signed reset (its boot names the run's decision log and status
+    file), build every per-run object again, acknowledge, serve."""
+    from hil.campaign.reset import ChildLink, apply_fault_env
+
+    link = ChildLink(warm, "safety")
+    stop: list = []
+    signal.signal(signal.SIGUSR1, lambda *_: stop.append("park"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append("exit"))
+    while True:
+        proc.run(args.parent_pid, stop=stop)
+        if "park" not in stop or "exit" in stop:
+            return 0
+        link.parked()
+        boot = link.next_reset()
+        if boot is None or "exit" in stop:
+            return 0
+        stop.clear()
+        try:
+            apply_fault_env(boot, "safety")
+            proc = _build(boot, args, boot.get("log"), boot.get("status"))
+        except Exception as exc:  # noqa: BLE001  (refused: the worker starts a fresh process)
+            link.acknowledge(False, f"{type(exc).__name__}: {exc}")
+            return 2
+        link.acknowledge(True)
 
 
 if __name__ == "__main__":
