@@ -364,7 +364,7 @@ def _noop() -> None:
 
 
 def _scenario(transport: str, tmp: str, policy: str, spin_us: float | None = None):
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
 
     data = tomllib.loads((ROOT / "configs" / "bioreactor_policy.toml").read_text())
     data["policy"]["directory"] = str(ROOT / "policies" / "bioreactor")

@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hil.config import load_scenario  # noqa: E402
+from hil.scenario.config import load_scenario  # noqa: E402
 from hil.gaps import GapPipeline, GapsSection  # noqa: E402
 from plants.base import Plant  # noqa: E402
 

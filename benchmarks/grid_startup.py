@@ -52,7 +52,7 @@ CHILD = r"""
 import json, sys, time
 launch = float(sys.argv[2])
 marks = {}
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.runtime import Runtime
 import plants.grid.network as network
 built = [0]
@@ -77,7 +77,7 @@ CHILD_SERVERS = r"""
 import json, socket, sys, time
 launch = float(sys.argv[2])
 marks = {}
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.image import H_PUBLISH_NS, H_STEP
 from hil.runtime import Runtime
 import plants.grid.network as network

@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hil.config import load_scenario  # noqa: E402
+from hil.scenario.config import load_scenario  # noqa: E402
 from hil.loop.plant import scenario_plant  # noqa: E402
 from hil.loop.step import LoopStep  # noqa: E402
 

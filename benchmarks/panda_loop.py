@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hil.ports import with_free_ports  # noqa: E402
+from hil.scenario.ports import with_free_ports  # noqa: E402
 
 
 def _run(config: str, wall_s: float, extra: list[str]) -> dict:

@@ -67,7 +67,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hil.ports import free_port  # noqa: E402
+from hil.scenario.ports import free_port  # noqa: E402
 from hil.image import (  # noqa: E402
     H_IN_APPLIED_WRITES, H_IN_WRITE_NS, H_IN_WRITES, H_PERIOD_NS, H_STEP, ProcessImage,
 )
@@ -132,7 +132,7 @@ def scenario_dict(modbus_port: int, opcua_port: int, request_log: str, cpu: int)
     ]
     data["opcua"].update(port=opcua_port)
     data["opcua"]["security"] = {"policies": [], "allow_none": True}
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
 
     parse_scenario(data, source=f"{BASE.name} + benchmark overrides")  # raises ConfigError with key paths
     return data
@@ -148,7 +148,7 @@ def node_paths(spec) -> list[str]:
 
 
 def _loop_child(data: dict, image_name: str, wall_s: float, started, go, out_q, clients_stop, clients_done) -> None:
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.runtime import Runtime
 
     sc = parse_scenario(data)

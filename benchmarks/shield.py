@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fair import interleaved, ratio  # noqa: E402
 from hil.bus.config import action_input_names  # noqa: E402
-from hil.config import load_scenario  # noqa: E402
+from hil.scenario.config import load_scenario  # noqa: E402
 from hil.loop.shield import SOURCE_NAMES, Shield, shield_kernel  # noqa: E402
 
 STEP_S = 0.001

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import sys, time
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.loop.plant import scenario_plant
 from hil.loop.step import LoopStep
 sc = load_scenario(sys.argv[1])

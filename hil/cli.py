@@ -5,7 +5,7 @@ run could not start (a port in use, a server that did not come up): nothing left
 3 a state left its spec bounds with loop.on_state_out_of_bounds = "fail", 4 a required
 helper process (Modbus/OPC UA server, recorder) died, 5-7 a plant watch with action "fail"
 (the grid: blackout, unserved load, voltage collapse), 8 the safety process died (the run
-stops) or hung with [safety] required = true (hil/health.py EXIT_*).
+stops) or hung with [safety] required = true (hil/loop/health.py EXIT_*).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def short_scheduling(s: dict) -> str:
 
 def print_banner(console, scenario, runtime, sim_s: float, lockstep: bool) -> None:
     """What is about to run: duration (simulated and wall), servers, where the recording goes."""
-    from hil.config import SERVER_KINDS
-    from hil.durations import describe_run_time
+    from hil.scenario.config import SERVER_KINDS
+    from hil.scenario.durations import describe_run_time
 
     console.print(f"[bold]hil run[/bold] {scenario.name}: {describe_run_time(sim_s, scenario, lockstep)}")
     servers = [k for k in SERVER_KINDS if scenario.served(k) is not None] if runtime.start_servers else []
@@ -178,8 +178,8 @@ def run_command(config, duration, wall, lockstep, record_path, no_record, as_jso
     """Run the scenario CONFIG (a TOML file)."""
     from rich.console import Console
 
-    from hil.config import load_scenario
-    from hil.durations import run_duration
+    from hil.scenario.config import load_scenario
+    from hil.scenario.durations import run_duration
     from hil.runtime import Runtime
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -224,8 +224,8 @@ def _dashboard(listen, password_file, config, err):
 
 
 def check_scenario_ports(scenario, *, lockstep: bool, servers: bool | None = None, source: str | None = None) -> None:
-    """Every port the run will bind is free (hil.ports), before anything starts; ConfigError if not."""
-    from hil import ports
+    """Every port the run will bind is free (hil.scenario.ports), before anything starts; ConfigError if not."""
+    from hil.scenario import ports
 
     ports.check_ports(scenario, servers=(not lockstep) if servers is None else servers, source=source)
 

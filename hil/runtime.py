@@ -21,7 +21,7 @@ Names are resolved to index arrays in `__init__`; the per-step path touches arra
 through allocation-free kernels (hil/loop/kernels.py). The garbage collector is frozen and
 disabled while the loop runs and collected at the status tick (hil/loop/gc.py). The
 status tick (every `loop.status_interval_s` of wall time) checks the helper processes
-(hil/health.py) and hands a snapshot to a thread that shows it (hil/loop/status.py): nothing on
+(hil/loop/health.py) and hands a snapshot to a thread that shows it (hil/loop/status.py): nothing on
 the status path can block the loop.
 Protocol servers, the recorder, the policy and the safety wrapper run in their own
 processes (the loop's interpreter must not share its GIL with asyncio servers); they are
@@ -43,10 +43,10 @@ import numpy as np
 
 from hil.loop import rt
 from hil.loop.clock import LockstepClock, RealtimeClock
-from hil.config import SERVER_KINDS, Scenario
+from hil.scenario.config import SERVER_KINDS, Scenario
 from hil.errors import ConfigError, PlantDiverged, RunStopped  # noqa: F401  (RunStopped re-exported)
 from hil.loop.gc import LoopGc
-from hil.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_SAFETY_LOST, EXIT_STATE_OUT_OF_BOUNDS, Alarms,
+from hil.loop.health import (EXIT_DIVERGED, EXIT_PROCESS_DIED, EXIT_SAFETY_LOST, EXIT_STATE_OUT_OF_BOUNDS, Alarms,
                         ChildWatch, InputWatch, OutputWatches, StateBounds)
 from hil.image import ProcessImage
 from hil.loop.plant import load_correction, scenario_plant
@@ -82,7 +82,7 @@ class RunSummary:
     record_path: str | None = None
     warnings: list = field(default_factory=list)
     error: str | None = None
-    exit_code: int = 0  # hil run's exit code (hil/health.py EXIT_*)
+    exit_code: int = 0  # hil run's exit code (hil/loop/health.py EXIT_*)
     alarms: list = field(default_factory=list)  # every alarm raised: kind, source, message, step, sim_time_s
     state_out_of_bounds: dict = field(default_factory=dict)  # state name -> steps outside its spec bounds
     stale_input_steps: int = 0  # steps run on held inputs because a live writer kept the image mid-write

@@ -24,7 +24,7 @@ physics limits. There are two ways to write one.
                                          # [plant] keys besides model/substeps/parameters/
                                          # initial_state (`case = "case118.m"`)
     FILE_OPTIONS: tuple[str, ...]        # options that are file paths: resolved against the
-                                         # scenario file's directory (hil/paths.py rule)
+                                         # scenario file's directory (hil/scenario/paths.py rule)
     build(options: dict) -> PlantModel   # read the model file, build the spec (per-element
                                          # signals, array groups), return the kernels and data;
                                          # raise ValueError("<option>: reason") on bad input

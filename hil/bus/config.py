@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from hil.config import StrictModel, outside_bounds
+from hil.scenario.config import StrictModel, outside_bounds
 
 ENDPOINT_NAMES = ("obs_policy", "obs_safety", "proposal", "action", "command", "advice", "control",
                   "proposal_loop", "supervisor")

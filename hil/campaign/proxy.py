@@ -2,7 +2,7 @@
 and a server (hil's Modbus or OPC UA server), as toxiproxy would: the client's own timeouts,
 reconnects and comm-loss handling are what gets exercised.
 
-    proxy = LinkProxy(bind_free(), target_host, target_port, seed)   # starts the process (hil/ports.py)
+    proxy = LinkProxy(bind_free(), target_host, target_port, seed)   # starts the process (hil/scenario/ports.py)
     proxy.set("delay", delay_s=0.2, jitter_s=0.05)                    # from any thread
     proxy.set("pass")
     counters = proxy.stop()
@@ -160,7 +160,7 @@ class LinkProxy:
     """The proxy process and its control pipe."""
 
     def __init__(self, listen: socket.socket, host: str, port: int, seed: int = 0, timeout_s: float | None = None):
-        """listen: a bound TCP socket (hil/ports.py bind_free), held from its choice to the
+        """listen: a bound TCP socket (hil/scenario/ports.py bind_free), held from its choice to the
         proxy's listen: no other process can take the port in between. Closed here once
         the child holds its duplicate. timeout_s: None waits by handshake (hil/readiness.py)."""
         ctx = mp.get_context("spawn")

@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 
-from hil.ports import bind_free
+from hil.scenario.ports import bind_free
 
 
 def _softplc_main(scenario, port: int, stop, record_path: str, results) -> None:

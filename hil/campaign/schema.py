@@ -42,11 +42,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hil.errors import ConfigError
-from hil.numbers import NUMBER_CONFIG, check_numbers, unlimited
+from hil.scenario.numbers import NUMBER_CONFIG, check_numbers, unlimited
 
 
 class _Strict(BaseModel):
-    """Unknown keys rejected; every number the user set sane (hil.numbers, as the scenario models)."""
+    """Unknown keys rejected; every number the user set sane (hil.scenario.numbers, as the scenario models)."""
 
     model_config = ConfigDict(extra="forbid", **NUMBER_CONFIG)
 
@@ -345,7 +345,7 @@ def scenario_overrides(ref) -> dict:
 
 def load_scenario_ref(c: Campaign, ref: ScenarioRef, path: str = "scenarios", extra: dict | None = None):
     """The validated scenario a campaign entry names (file relative to the campaign file)."""
-    from hil.config import _deep_merge, load_scenario
+    from hil.scenario.config import _deep_merge, load_scenario
 
     over = scenario_overrides(ref)
     if extra:
@@ -358,7 +358,7 @@ def load_scenario_ref(c: Campaign, ref: ScenarioRef, path: str = "scenarios", ex
 
 
 def load_campaign(path: str | Path) -> Campaign:
-    from hil.config import read_config_text
+    from hil.scenario.config import read_config_text
 
     path = Path(path)
     try:

@@ -31,7 +31,7 @@ from hil.atomic import write_json_atomic
 from hil.campaign.expand import RunSpec
 from hil.campaign.digest import NONDETERMINISTIC, recording_digest  # noqa: F401  (re-exported)
 from hil.campaign.schema import Campaign, controller_of, decimate_of, load_scenario_ref
-from hil.ports import check_ports, with_free_ports
+from hil.scenario.ports import check_ports, with_free_ports
 
 FORK_HELPERS = False  # set in the local pool's warm workers: lockstep runs fork their recorder (no re-import)
 WARM_POLICY_CACHE = False  # set in the local pool's warm workers: policy runs get the worker's Numba cache
@@ -184,14 +184,14 @@ def execute_run(c: Campaign, run: RunSpec, out_dir: str | Path, *, realtime: boo
         def configure(ports: list[int]):
             extra = _extra_overrides(c, run, run_dir, ipc_dir, sc0, ports)
             if run.canary:  # a known-bad run: its overrides (e.g. the wrapper's envelope opened) on top
-                from hil.config import _deep_merge
+                from hil.scenario.config import _deep_merge
                 from hil.campaign.schema import scenario_overrides
 
                 over = scenario_overrides(c.canaries[run.canary])
                 _deep_merge(over, extra)
                 extra = over
             sc = load_scenario_ref(c, ref, extra=extra)
-            if realtime:  # a port taken since it was chosen: fresh ones (hil/ports.py)
+            if realtime:  # a port taken since it was chosen: fresh ones (hil/scenario/ports.py)
                 check_ports(sc, servers=True, bus=False)
             return sc
 

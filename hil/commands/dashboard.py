@@ -17,7 +17,7 @@ def _find(target: str, pid: int | None):
         return (lambda: live_runs.find(pid=pid)), f"the run of loop process {pid}"
     if os.path.isdir(target):
         return (lambda: live_runs.find(record_dir=target, pid=pid)), f"a run recording into {target}"
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
 
     name = load_scenario(target).name
     return (lambda: live_runs.find(scenario_name=name, pid=pid)), f"a run of scenario {name!r}"

@@ -49,8 +49,8 @@ def command(config, wall, out_dir, as_json, settings, dashboard, no_dashboard) -
     from rich.console import Console
 
     from hil.cli import _status_printer, check_scenario_ports, parse_settings, print_scheduling, print_summary
-    from hil.config import load_scenario
-    from hil.durations import run_duration
+    from hil.scenario.config import load_scenario
+    from hil.scenario.durations import run_duration
     from hil.errors import ConfigError
     from hil.plot import plot_recording
     from hil.runtime import Runtime

@@ -26,7 +26,7 @@ def _scenario_plant(scenario_path: str):
     from plants.base import PlantOptionError
 
     try:
-        from hil.config import load_scenario
+        from hil.scenario.config import load_scenario
 
         sc = load_scenario(scenario_path)
         if sc.plant.model != "grid":
@@ -40,7 +40,7 @@ def _scenario_plant(scenario_path: str):
 def initial_inputs(sc, spec) -> np.ndarray:
     """The plant's input vector at t = 0: nominal values, then each input's scenario entry
     (a fixed value, a profile's value at t = 0, or an initial `value`)."""
-    from hil.signal_tables import expand_input_groups
+    from hil.scenario.signal_tables import expand_input_groups
 
     u = spec.nominal("inputs").copy()
     for name, inp in expand_input_groups(sc.inputs, spec).items():

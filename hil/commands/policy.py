@@ -10,7 +10,7 @@ import click
 
 
 def _load(config: str):
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.errors import ConfigError
 
     try:

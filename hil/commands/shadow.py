@@ -32,8 +32,8 @@ import click
 def command(config, policy_dir, version, duration, seed, out_dir, require_gate, as_json) -> None:
     """Run CONFIG in lockstep with a policy version in shadow mode; print how its proposals compare
     with the baseline's actions and the shadow gate's verdict."""
-    from hil.config import load_scenario
-    from hil.durations import parse_duration
+    from hil.scenario.config import load_scenario
+    from hil.scenario.durations import parse_duration
     from hil.errors import ConfigError
     from hil.gym.deploy import print_comparison, shadow_run
     from hil.policy.store import PolicyStore

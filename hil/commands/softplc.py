@@ -27,7 +27,7 @@ def command(config, duration, record_path, host, port, as_json, quiet) -> None:
 
     from rich.console import Console
 
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.errors import ConfigError
     from hil.softplc import run_softplc
 
@@ -38,7 +38,7 @@ def command(config, duration, record_path, host, port, as_json, quiet) -> None:
         if scenario.softplc is None:
             raise ConfigError("softplc", "the scenario has no [softplc] section")
         if duration is not None:
-            from hil.durations import parse_duration
+            from hil.scenario.durations import parse_duration
 
             duration = parse_duration(duration, "--duration")
     except ConfigError as exc:

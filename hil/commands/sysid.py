@@ -59,7 +59,7 @@ def command(scenario, data, column_map, params, init_states, outputs, bias_outpu
     from pathlib import Path
 
     from hil.calibration import logs, noise, report, sysid
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.errors import ConfigError
     from plants.base import load_plant_module
 

@@ -23,7 +23,7 @@ def _json_safe(v):
 def command(scenario, fmt, out_path, protocol) -> None:
     """Export SCENARIO's Modbus map, OPC UA nodes and IEC 104 objects: address, type, word order, scale, unit,
     range, writable."""
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.errors import ConfigError
     from hil.tagmap.export import PROTOCOLS, header, tag_rows, to_csv
     from plants.base import PlantOptionError

@@ -62,7 +62,7 @@ def bind(host: str, port: int, allow_remote: bool = False) -> socket.socket:
 
 def attach_run(entry: dict, chosen: list[str] | tuple = ()):
     """(Sampler, hello) for a live-run entry: the page's layout from the scenario as it runs."""
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.dashboard.layout import build_layout
     from hil.dashboard.sampler import Sampler
 
@@ -83,7 +83,7 @@ def attach_run(entry: dict, chosen: list[str] | tuple = ()):
 
 def control_for(entry: dict):
     """The blocking operator-request function for the run's safety process."""
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.safety.control_client import ControlError, control_request
 
     sc = parse_scenario(entry["scenario_config"])

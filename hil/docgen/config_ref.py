@@ -1,5 +1,5 @@
-"""Scenario-file reference generated from the pydantic config models (hil/config.py and the
-subsystem sections of `hil.config.SUBSYSTEM_SECTIONS`): one table per TOML table, every key
+"""Scenario-file reference generated from the pydantic config models (hil/scenario/config.py and the
+subsystem sections of `hil.scenario.config.SUBSYSTEM_SECTIONS`): one table per TOML table, every key
 with its type, default, bounds and the model's own description."""
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def model_tables(path: str, model: type[BaseModel], seen: set | None = None) -> 
 
 def scenario_reference_markdown() -> str:
     """The whole scenario reference: core sections, then each subsystem section."""
-    from hil import config
+    from hil.scenario import config
 
     out = []
     for name, field in config.Scenario.model_fields.items():

@@ -1,6 +1,6 @@
 """Exit-code reference generated from the code that exits:
 
-- `hil run` / `hil demo`: the `EXIT_<NAME> = <code>  # meaning` constants of hil/health.py, then
+- `hil run` / `hil demo`: the `EXIT_<NAME> = <code>  # meaning` constants of hil/loop/health.py, then
   the plants' own codes (`EXIT_<NAME> = <code>` in a plant package, e.g. the grid's watches, with
   the comment above them);
 - every other command: the "Exit codes" paragraph of its module docstring (hil/commands/*.py).
@@ -47,10 +47,10 @@ def _words(constant: str) -> str:
 
 
 def run_codes_markdown() -> str:
-    """The table of `hil run`'s exit codes: hil/health.py, then the plants' codes with the
+    """The table of `hil run`'s exit codes: hil/loop/health.py, then the plants' codes with the
     plant option that selects them (the option whose help names "exit code N")."""
-    rows = [(code, f"`hil.health.{name}`", meaning or _words(name))
-            for code, name, meaning in constants(ROOT / "hil" / "health.py")]
+    rows = [(code, f"`hil.loop.health.{name}`", meaning or _words(name))
+            for code, name, meaning in constants(ROOT / "hil" / "loop" / "health.py")]
     for path in sorted((ROOT / "plants").rglob("*.py")):
         mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         helps = _option_helps(path)

@@ -66,7 +66,7 @@ def columns_table(spec) -> str:
 
 def recording_reference_markdown(scenarios) -> str:
     """The page body: the recorder's column rule, then one table per scenario's plant."""
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.recorder import columns_for
 
     parts = [recorder_columns_paragraph().replace("<", "&lt;"), ""]

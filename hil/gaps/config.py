@@ -84,8 +84,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from hil.config import StrictModel, resolve_path_field
-from hil.numbers import unlimited
+from hil.scenario.config import StrictModel, resolve_path_field
+from hil.scenario.numbers import unlimited
 
 SECONDS_PER_DAY = 86400.0
 MAX_RING_SLOTS = 1 << 20
@@ -214,8 +214,8 @@ class GapsSection(StrictModel):
 
 
 def _register_signal_tables() -> None:
-    """[gaps.sensors.node_3.temp] spells [gaps.sensors."node_3.temp"] (hil.config.flatten_signal_tables)."""
-    from hil.config import register_signal_table
+    """[gaps.sensors.node_3.temp] spells [gaps.sensors."node_3.temp"] (hil.scenario.config.flatten_signal_tables)."""
+    from hil.scenario.config import register_signal_table
 
     register_signal_table(("gaps", "sensors"), SensorGap.model_fields)
     register_signal_table(("gaps", "actuators"), ActuatorGap.model_fields)

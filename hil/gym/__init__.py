@@ -24,7 +24,7 @@ SECTION_KEYS = ("episode_s", "reward", "observation", "limits", "terminal_reward
 def load(path, overrides: dict | None = None):
     """The scenario at `path` with `overrides` (see the module docstring) merged in. An override
     that is neither a [gym] key nor a scenario section is a ConfigError naming it."""
-    from hil.config import SCENARIO_SECTIONS, load_scenario
+    from hil.scenario.config import SCENARIO_SECTIONS, load_scenario
     from hil.errors import ConfigError
 
     nested: dict = {}

@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from hil.config import StrictModel
+from hil.scenario.config import StrictModel
 from hil.errors import ConfigError
 
 

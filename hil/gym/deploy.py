@@ -50,7 +50,7 @@ def shadow_run(config, policy_dir, version: str, *, duration_s: float, seed: int
                workdir=None) -> dict:
     """Run `config` in lockstep with policy `version` of `policy_dir` in shadow mode; returns
     {"summary": the run's summary dict, "comparison": see `comparison`, "workdir": path}."""
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.runtime import Runtime
 
     config = Path(config)

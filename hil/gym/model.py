@@ -81,7 +81,7 @@ class ScenarioModel:
         self.action_index = np.array([spec.index("inputs", n) for n in self.action_names], dtype=np.intp)
         self.u_lo, self.u_hi = spec.lows("inputs"), spec.highs("inputs")
         self.x_lo, self.x_hi = spec.lows("states"), spec.highs("states")
-        self.x_tol = 1e-9 * (self.x_hi - self.x_lo)  # hil/health.py StateBounds
+        self.x_tol = 1e-9 * (self.x_hi - self.x_lo)  # hil/loop/health.py StateBounds
         self.a_lo, self.a_hi = self.u_lo[self.action_index], self.u_hi[self.action_index]
         g = self.gym
         self.max_steps = int(round(g.episode_s / self.step_s))

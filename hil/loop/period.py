@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from hil.errors import PlantDiverged, RunStopped
-from hil.health import EXIT_STATE_OUT_OF_BOUNDS
+from hil.loop.health import EXIT_STATE_OUT_OF_BOUNDS
 from hil.loop.kernels import take_into
 from hil.recorder import RecorderDied
 

@@ -18,7 +18,7 @@ def scenario_plant(sc) -> Plant:
     for name, value in sc.plant.initial_state.items():
         if spec.has("states", name):
             plant.x[spec.index("states", name)] = value
-        else:  # a discrete state (validated in hil/config.py)
+        else:  # a discrete state (validated in hil/scenario/config.py)
             plant.d[spec.index("discrete", name)] = int(value)
     plant.u[:] = spec.nominal("inputs")
     return plant

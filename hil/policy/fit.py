@@ -219,7 +219,7 @@ def parse_setpoints(items) -> dict:
 
 
 def main(argv=None) -> int:
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
 
     ap = argparse.ArgumentParser(prog="python -m hil.policy.fit", description=__doc__.splitlines()[0])
     ap.add_argument("config")

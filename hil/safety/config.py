@@ -125,8 +125,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hil.numbers import unlimited
-from hil.config import StrictModel, outside_bounds, resolve_path  # noqa: F401  (resolve_path re-exported)
+from hil.scenario.numbers import unlimited
+from hil.scenario.config import StrictModel, outside_bounds, resolve_path  # noqa: F401  (resolve_path re-exported)
 
 MODES = ("shadow", "advisory", "limited", "full")
 LOST_AFTER_STEPS = 5  # default [safety].policy_lost_after_s, in loop steps
@@ -728,8 +728,8 @@ def initial_signals(spec, scenario):
 
 def _register_signal_tables() -> None:
     """Nested TOML keys spell dotted signal names in the wrapper's per-input tables
-    (hil.config.flatten_signal_tables): box.heater_3.duty = box."heater_3.duty"."""
-    from hil.config import register_signal_table
+    (hil.scenario.config.flatten_signal_tables): box.heater_3.duty = box."heater_3.duty"."""
+    from hil.scenario.config import register_signal_table
 
     for path in (("projection", "box"), ("projection", "rate"), ("fallback", "fixed"),
                  ("fallback", "safe_output"), ("rollout", "limited_max_deviation"),

@@ -78,7 +78,7 @@ def _plain(v):
 def load_child_scenario(config: str, scenario_json: str | None, data: dict | None = None):
     """What a child process runs: the scenario from its bootstrap pipe (`data`), else the JSON
     file, else the TOML file."""
-    from hil.config import load_scenario, parse_scenario
+    from hil.scenario.config import load_scenario, parse_scenario
 
     if data is not None:
         return parse_scenario(data, source=config)

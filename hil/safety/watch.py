@@ -42,7 +42,7 @@ import os
 import signal
 import time
 
-from hil.health import Alarm, Alarms, describe_exit
+from hil.loop.health import Alarm, Alarms, describe_exit
 
 NAME = "safety"  # the key in the run summary's dead_processes
 

@@ -51,7 +51,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from hil.config import StrictModel, outside_bounds
+from hil.scenario.config import StrictModel, outside_bounds
 from hil.softplc.rules import RuleConfig
 
 

@@ -24,7 +24,7 @@ import math
 
 from pydantic import Field, field_validator, model_validator
 
-from hil.config import StrictModel
+from hil.scenario.config import StrictModel
 
 
 class RuleConfig(StrictModel):

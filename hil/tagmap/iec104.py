@@ -58,7 +58,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hil.config import StrictModel
+from hil.scenario.config import StrictModel
 from hil.tagmap.blocks import group_kind
 
 MAX_IOA = 2**24 - 1  # three octets

@@ -71,7 +71,7 @@ from typing import Literal, Mapping
 
 from pydantic import AliasChoices, Field, field_validator
 
-from hil.config import StrictModel, outside_bounds
+from hil.scenario.config import StrictModel, outside_bounds
 from hil.tagmap.blocks import dedupe, expand_blocks
 
 TABLES = ("coil", "discrete_input", "input_register", "holding_register")

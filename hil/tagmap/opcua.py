@@ -75,7 +75,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from hil.certs import SERVER_APPLICATION_URI, is_password_hash, parse_password_hash
-from hil.config import StrictModel
+from hil.scenario.config import StrictModel
 
 POLICIES = (
     "Basic256Sha256_Sign",

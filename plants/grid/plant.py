@@ -94,7 +94,7 @@ OPTIONS = {
     "agc": "in-plant AGC: { units = [30], kp = MW/Hz, ki = MW/(Hz s), setpoint = Hz, out_min / out_max = MW } (controls.py)",
     "ufls": "in-plant UFLS: { stages = [{ below = Hz, pickup_s = s, buses = [..], shed = fraction, reset, latch }] }",
 }
-# Exit codes of `hil run` for the grid's watches (after hil/health.py's 0..4).
+# Exit codes of `hil run` for the grid's watches (after hil/loop/health.py's 0..4).
 EXIT_BLACKOUT = 5
 EXIT_UNSERVED_LOAD = 6
 EXIT_COLLAPSE = 7

@@ -15,7 +15,7 @@ from asyncua import Client, ua
 
 from adapters.opcua import start_server
 from adapters.opcua_space import MAX_POLL_S, SAMPLE_AFTER_PUBLISH, OpcuaAdapter, Waker
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.image import ProcessImage
 from hil.tagmap.opcua import OpcuaSection
 from tests.integration import opcua_helpers as H

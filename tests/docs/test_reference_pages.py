@@ -74,13 +74,13 @@ def test_reference_sources_hold_only_the_marker():
 
 
 def test_exit_codes_come_from_the_constants_and_docstrings(tmp_path):
-    from hil import health
+    from hil.loop import health
     from hil.docgen.exit_codes import command_codes, constants, docstring_exit_paragraph, exit_codes_markdown
 
     md = exit_codes_markdown()
     for name in dir(health):
         if name.startswith("EXIT_"):
-            assert f"| {getattr(health, name)} | `hil.health.{name}` |" in md, name
+            assert f"| {getattr(health, name)} | `hil.loop.health.{name}` |" in md, name
     assert "| 5 | `plants.grid.plant.EXIT_BLACKOUT` | blackout (`[plant] on_blackout`:" in md
     assert "| `hil campaign` | 0 every criterion held" in md and "3 it cannot compare" in md
     assert "| `hil softplc` | 0 done, 1 never exchanged data with the server" in md
@@ -94,7 +94,7 @@ def test_exit_codes_come_from_the_constants_and_docstrings(tmp_path):
 
 
 def test_recording_columns_are_the_recorders():
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.docgen.recording_ref import columns_table, recording_reference_markdown
     from hil.recorder import columns_for
 

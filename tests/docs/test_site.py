@@ -67,7 +67,7 @@ def test_results_py_files_show_their_headline_rows_and_conditions(tmp_path):
 
 
 def test_scenario_reference_lists_every_section_and_key():
-    from hil import config
+    from hil.scenario import config
     from hil.docgen.config_ref import scenario_reference_markdown
 
     md = scenario_reference_markdown()

@@ -42,7 +42,7 @@ def test_the_recipe_runs_as_written(tmp_path):
     from stable_baselines3.common.vec_env import VecNormalize
 
     from hil.bus.config import action_input_names, declared_bus_input_names
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.policy.features import FeatureMap
     from hil.policy.loader import load_version
     from hil.policy.store import PolicyStore

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.errors import ConfigError
 from hil.safety.config import signal_index
 from tests.plants.heaters_scenario import write_scenario
@@ -85,7 +85,7 @@ def test_an_unknown_element_in_the_safety_box_names_the_key(tmp_path):
 
 
 def test_nested_and_dotted_spellings_merge_into_one_entry(tmp_path):
-    from hil.config import flatten_names, InputSection
+    from hil.scenario.config import flatten_names, InputSection
 
     data = tomllib.loads('[inputs."gen_3.p"]\ndriver = "plc"\n[inputs.gen_3.p]\nvalue = 0.5\n')
     assert flatten_names(data["inputs"], frozenset(InputSection.model_fields)) == \
@@ -95,7 +95,7 @@ def test_nested_and_dotted_spellings_merge_into_one_entry(tmp_path):
 
 
 def test_the_inputs_table_knows_every_field_of_an_input_entry():
-    from hil.config import SIGNAL_TABLES, InputSection
+    from hil.scenario.config import SIGNAL_TABLES, InputSection
 
     assert SIGNAL_TABLES[("inputs",)] == frozenset(InputSection.model_fields)
 

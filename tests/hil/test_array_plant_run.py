@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hil.cli import parse_settings
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.errors import ConfigError
 from hil.recorder import read_recording
 from hil.runtime import Runtime
@@ -110,7 +110,7 @@ def test_plant_spread_randomizes_through_the_plant_hook(tmp_path):
         assert 280.0 <= p[spec.index("params", "ambient")] <= 290.0  # a named draw after the hook
         assert set(rt.drawn) >= {"plant.node_3.capacity", "plant.ambient"}
     # a plant without a hook: plant_spread is refused, naming the key
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
 
     data = {"scenario": {"name": "b"}, "plant": {"model": "bioreactor"}, "loop": {"step_s": 1.0, "duration_s": 5.0},
             "gaps": {"randomize": {"plant_spread": 0.1}}}

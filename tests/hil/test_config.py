@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hil.config import load_scenario, parse_scenario
+from hil.scenario.config import load_scenario, parse_scenario
 from hil.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """Bad numbers in every shipped scenario: NaN, +-Inf, huge and tiny values in EVERY numeric key of
-every scenario in configs/ are refused with a ConfigError naming that key (hil/numbers.py via the
+every scenario in configs/ are refused with a ConfigError naming that key (hil/scenario/numbers.py via the
 models' base class), and the scenario file itself must be a regular UTF-8 file of bounded size."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hil.config import load_scenario, parse_scenario, read_config_text
+from hil.scenario.config import load_scenario, parse_scenario, read_config_text
 from hil.errors import ConfigError
-from hil.numbers import MAX_SCENARIO_BYTES
+from hil.scenario.numbers import MAX_SCENARIO_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "configs").glob("*.toml"))
@@ -63,7 +63,7 @@ def test_the_sweep_covers_every_shipped_scenario():
     assert stems == {f.stem for f in SCENARIOS} and len(CASES) > 100
 
 
-# keys declared with hil.numbers.unlimited(math.inf): +inf is their documented "check disabled"
+# keys declared with hil.scenario.numbers.unlimited(math.inf): +inf is their documented "check disabled"
 UNLIMITED_INF = {f"safety.confidence.{k}" for k in ("mahalanobis_enter", "mahalanobis_exit", "disagreement_enter",
                                                      "disagreement_exit")}
 

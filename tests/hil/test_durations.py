@@ -1,9 +1,9 @@
-"""hil.durations: what `--duration` and `--wall` accept, and what they refuse."""
+"""hil.scenario.durations: what `--duration` and `--wall` accept, and what they refuse."""
 
 import pytest
 
-from hil.config import load_scenario
-from hil.durations import format_duration, parse_duration, run_duration
+from hil.scenario.config import load_scenario
+from hil.scenario.durations import format_duration, parse_duration, run_duration
 from hil.errors import ConfigError
 from tests.hil.test_config import ROOT
 

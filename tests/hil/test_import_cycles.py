@@ -21,7 +21,7 @@ PACKAGES = ("hil", "plants", "adapters")
 # (importer, imported): edges that close a cycle still, each with why it stays
 ALLOWED = {
     # the gaps section validates itself through its checks, which read the section's models:
-    # one unit split over two files (hil/config.py calls every section's validate_against)
+    # one unit split over two files (hil/scenario/config.py calls every section's validate_against)
     ("hil.gaps.config", "hil.gaps.checks"): "section -> its checks",
     # hil/safety is another branch's (issue 19's brief leaves it alone): still open
     ("hil.safety.config", "hil.safety.projection"): "open",

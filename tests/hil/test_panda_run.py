@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.cli import parse_settings
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.recorder import read_recording
 from hil.runtime import Runtime
 

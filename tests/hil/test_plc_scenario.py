@@ -9,7 +9,7 @@ process ends on, not the third digit.
 
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.runtime import Runtime
 from tests.hil.test_config import ROOT
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.recorder import read_recording
 from hil.runtime import Runtime
 

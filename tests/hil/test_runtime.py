@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.errors import PlantDiverged
 from hil.recorder import read_meta, read_recording
 from hil.runtime import Runtime
@@ -119,7 +119,7 @@ def test_plant_diverged_error_names_state():
 
 # ---- the process image's writers die or hang: what the loop applies ----
 def test_loop_applies_the_last_complete_write_after_a_writer_died_mid_write(tmp_path):
-    from hil.health import REPAIR_AFTER_STEPS
+    from hil.loop.health import REPAIR_AFTER_STEPS
     from tests.hil.test_image import kill_mid_write
 
     with _runtime(tmp_path, duration=20.0) as rt:
@@ -223,7 +223,7 @@ def test_states_out_of_bounds_are_counted_per_state_and_alarmed(tmp_path):
 
 
 def test_state_out_of_bounds_fails_the_run_when_the_scenario_says_so():
-    from hil.health import EXIT_STATE_OUT_OF_BOUNDS
+    from hil.loop.health import EXIT_STATE_OUT_OF_BOUNDS
 
     with Runtime(_overfilled(loop__on_state_out_of_bounds="fail"), lockstep=True, duration_s=20 * 3600.0,
                  record=False) as rt:
@@ -237,7 +237,7 @@ def test_state_out_of_bounds_fails_the_run_when_the_scenario_says_so():
 
 def test_nominal_runs_report_no_state_out_of_bounds():
     for cfg in ("bioreactor.toml", "bioreactor_plc.toml"):
-        from hil.config import load_scenario
+        from hil.scenario.config import load_scenario
         from tests.hil.test_config import ROOT
 
         with Runtime(load_scenario(ROOT / "configs" / cfg), lockstep=True, record=False) as rt:
@@ -250,7 +250,7 @@ def test_recorder_killed_mid_run_stops_the_run_with_exit_4(tmp_path):
     import os
     import signal
 
-    from hil.health import EXIT_PROCESS_DIED
+    from hil.loop.health import EXIT_PROCESS_DIED
 
     def kill_recorder(rt):
         os.kill(rt.recorder.pid, signal.SIGKILL)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hil.config import PATH_KEYS, load_scenario, parse_scenario, resolve_path
+from hil.scenario.config import PATH_KEYS, load_scenario, parse_scenario, resolve_path
 from tests.hil.test_config import ROOT
 
 
@@ -85,7 +85,7 @@ def test_scenarios_built_in_code_keep_their_paths():
 
 
 def test_path_keys_name_real_fields():
-    from hil.config import SUBSYSTEM_SECTIONS, Scenario, _optional_section
+    from hil.scenario.config import SUBSYSTEM_SECTIONS, Scenario, _optional_section
 
     for key in PATH_KEYS:
         section, *rest = key.split(".")

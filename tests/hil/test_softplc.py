@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.errors import ConfigError
 from hil.softplc.io import CommError, plan_blocks, MAX_READ, MAX_WRITE
 from hil.softplc.scan import SoftPlc

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.errors import ConfigError
 from hil.softplc.rules import Rule, RuleConfig
 from hil.softplc.scan import SoftPlc

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 BODY = """
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.runtime import Runtime
 
 sc = load_scenario({cfg!r})

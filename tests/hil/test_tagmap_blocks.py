@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.errors import ConfigError
 from hil.tagmap.modbus import compile_map
 from hil.tagmap.opcua import resolve_nodes

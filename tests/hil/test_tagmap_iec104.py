@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hil.config import load_scenario, parse_scenario
+from hil.scenario.config import load_scenario, parse_scenario
 from hil.errors import ConfigError
 from hil.tagmap.iec104 import AUTO_COMMAND_START, AUTO_MONITOR_START, compile_points
 

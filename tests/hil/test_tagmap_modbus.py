@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pymodbus.client.mixin import ModbusClientMixin
 
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.errors import ConfigError
 from hil.tagmap.modbus import compile_map
 from tests.integration import modbus_helpers as H

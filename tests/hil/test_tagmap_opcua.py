@@ -3,7 +3,7 @@
 import pytest
 
 from hil.certs import hash_password
-from hil.config import Scenario, parse_scenario
+from hil.scenario.config import Scenario, parse_scenario
 from hil.errors import ConfigError
 from hil.tagmap.opcua import OpcuaSection, resolve_nodes, unece_unit_id
 from plants.spec import PlantSpec, Quantity

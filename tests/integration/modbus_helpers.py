@@ -137,7 +137,7 @@ def scenario_dict(port: int, *, softplc: dict | None = None, modbus: dict | None
 
 
 def scenario(port: int, **kw):
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
 
     return parse_scenario(scenario_dict(port, **kw))
 

@@ -60,7 +60,7 @@ class OpcuaServer:
     """A running `serve_forever` child over an image this process owns."""
 
     def __init__(self, data: dict, workdir: Path, ready_timeout_s: float | None = None):
-        from hil.config import parse_scenario
+        from hil.scenario.config import parse_scenario
         from hil.image import ProcessImage
 
         self.data = data
@@ -163,7 +163,7 @@ def _serve(cfg_path: str, image_name: str) -> None:
     import logging
 
     from adapters.opcua import serve_forever
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     scenario = parse_scenario(json.loads(Path(cfg_path).read_text()))

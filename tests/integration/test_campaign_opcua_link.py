@@ -21,7 +21,7 @@ import time
 import pytest
 
 from hil.campaign.proxy import LinkProxy
-from hil.ports import bind_free
+from hil.scenario.ports import bind_free
 from tests.integration import opcua_helpers as H
 
 pytestmark = pytest.mark.timeout(300)

@@ -19,7 +19,7 @@ import pytest
 from asyncua import Client, ua
 from pymodbus.client import ModbusTcpClient
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.recorder import read_recording
 from hil.softplc.scan import SoftPlc
 from tests.integration.net import free_port as _free_port, listening as _listening, wait_for

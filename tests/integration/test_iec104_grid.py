@@ -19,7 +19,7 @@ import pytest
 c104 = pytest.importorskip("c104")
 pytest.importorskip("scapy.contrib.scada.iec104")
 
-from hil.config import load_scenario  # noqa: E402
+from hil.scenario.config import load_scenario  # noqa: E402
 from hil.recorder import read_recording  # noqa: E402
 from tests.integration.iec104_c104 import open_connection  # noqa: E402
 from tests.integration.iec104_scapy import NEGATIVE, POSITIVE, ScapyIec104  # noqa: E402

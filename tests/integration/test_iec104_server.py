@@ -22,7 +22,7 @@ c104 = pytest.importorskip("c104")
 pytest.importorskip("scapy.contrib.scada.iec104")
 
 from adapters.process import start_servers, stop_servers  # noqa: E402
-from hil.config import parse_scenario  # noqa: E402
+from hil.scenario.config import parse_scenario  # noqa: E402
 from hil.image import ProcessImage  # noqa: E402
 from tests.integration.iec104_c104 import Wire, command, open_connection  # noqa: E402
 from tests.integration.iec104_scapy import NEGATIVE, POSITIVE, ScapyIec104  # noqa: E402

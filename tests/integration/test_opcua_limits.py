@@ -72,7 +72,7 @@ def test_connection_limit_and_idle_timeout(tmp_path):
 def test_off_loopback_start_is_refused_before_binding(tmp_path):
     """A section that skipped the config check (built in code) still cannot serve 0.0.0.0."""
     from adapters.opcua import start_server
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.image import ProcessImage
     from hil.tagmap.opcua import OpcuaSection
 

@@ -393,7 +393,7 @@ def test_serve_forever_with_ready_and_stop_events_in_a_spawned_process(tmp_path,
     import multiprocessing as mp
 
     from adapters.opcua import serve_forever
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.image import ProcessImage
 
     monkeypatch.chdir(tmp_path)  # the child generates its certificate under its working directory

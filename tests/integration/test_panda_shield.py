@@ -87,7 +87,7 @@ def test_a_proposal_older_than_its_age_bound_is_not_applied_the_fallback_law_is(
     # envelope at the previous step's measurement, by the safety process's own projection
     # (hil/safety/projection.py, the plant families in numpy): an independent implementation
     from hil.bus.config import action_input_names
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.safety.projection import Projector
 
     sc = load_scenario(CONFIG)
@@ -194,7 +194,7 @@ def test_forged_supervisor_decisions_during_a_run_never_let_the_policy_act(tmp_p
 
 
 def test_a_silent_supervisor_puts_the_fallback_on_with_an_alarm_then_the_policy_again(tmp_path):
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.runtime import Runtime
 
     sc = load_scenario(CONFIG, {"bus": {"ipc_dir": _ipc_dir()},

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zmq
 
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.recorder import read_recording
 from hil.runtime import Runtime
 from tests.hil.safety.helpers import CONFIG, base_dict, chain_changes, merge, read_log, remove_ipc_dirs

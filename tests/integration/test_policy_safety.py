@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from hil.bus import SCHEMA_VERSION, Sender
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.recorder import read_recording
 from hil.runtime import Runtime
 from plants.base import load_plant_module

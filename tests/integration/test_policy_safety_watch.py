@@ -12,8 +12,8 @@ import signal
 import numpy as np
 import pytest
 
-from hil.config import parse_scenario
-from hil.health import EXIT_SAFETY_LOST
+from hil.scenario.config import parse_scenario
+from hil.loop.health import EXIT_SAFETY_LOST
 from hil.recorder import read_recording
 from hil.runtime import Runtime
 from tests.hil.safety.helpers import CONFIG, base_dict, chain_changes, merge, remove_ipc_dirs

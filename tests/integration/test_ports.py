@@ -1,13 +1,13 @@
-"""hil.ports: the ports a scenario binds, checked with real sockets, holders named from /proc."""
+"""hil.scenario.ports: the ports a scenario binds, checked with real sockets, holders named from /proc."""
 
 import os
 import socket
 
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.errors import ConfigError
-from hil.ports import check_ports, port_holders, scenario_bindings
+from hil.scenario.ports import check_ports, port_holders, scenario_bindings
 from tests.hil.test_config import ROOT
 from tests.integration.net import free_port as _free_port
 
@@ -61,13 +61,13 @@ def test_an_address_not_of_this_machine(listener):
         check_ports(sc)
 
 
-# ---- free ports chosen at run time (hil/ports.py bind_free, free_port, with_free_ports) ----
+# ---- free ports chosen at run time (hil/scenario/ports.py bind_free, free_port, with_free_ports) ----
 
 def test_bind_free_holds_its_port_until_closed():
     import errno
     import socket
 
-    from hil.ports import bind_free
+    from hil.scenario.ports import bind_free
 
     held = bind_free()
     port = held.getsockname()[1]
@@ -81,7 +81,7 @@ def test_bind_free_holds_its_port_until_closed():
 def test_with_free_ports_retries_a_port_taken_since_it_was_chosen():
     import errno
 
-    from hil.ports import with_free_ports
+    from hil.scenario.ports import with_free_ports
 
     seen: list[list[int]] = []
 
@@ -107,7 +107,7 @@ def test_link_proxy_listens_on_the_socket_it_is_handed():
     import threading
 
     from hil.campaign.proxy import LinkProxy
-    from hil.ports import bind_free
+    from hil.scenario.ports import bind_free
 
     with socket.socket() as target:
         target.bind(("127.0.0.1", 0))

@@ -192,7 +192,7 @@ def test_two_servers_on_one_port_is_a_config_error(tmp_path):
 # A port taken between the pre-check and the server's bind (or any other reason a server does not
 # come up): the pre-check is switched off in this wrapper, so the Modbus child itself fails to listen.
 _NO_PRECHECK = [sys.executable, "-c",
-                "import sys, hil.ports as p; p.check_ports = lambda *a, **k: []; "
+                "import sys, hil.scenario.ports as p; p.check_ports = lambda *a, **k: []; "
                 "from hil.cli import main; sys.argv[0] = 'hil'; main()"]
 
 

@@ -8,7 +8,7 @@ import socket
 import psutil
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.runtime import Runtime
 from tests.integration.net import free_port as _free_port
 

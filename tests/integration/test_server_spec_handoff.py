@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from adapters import process
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.image import ProcessImage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ pin = pytest.importorskip("pinocchio")
 
 @pytest.fixture(scope="module")
 def env():
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from plants.panda import _Envelope
     from tests.hil.safety.helpers import ROOT
 

@@ -167,7 +167,7 @@ def test_unlogged_inputs_fixed_or_profile(project):
 def test_hil_recording_is_valid_input_and_fits(tmp_path):
     """A hil run (what a HIL session against a real PLC records) calibrates like a unit log."""
     from hil.calibration.sysid import SysIdProblem
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.runtime import Runtime
     from tests.hil.test_config import _with
 

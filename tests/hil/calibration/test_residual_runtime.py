@@ -9,7 +9,7 @@ import pytest
 from hil.calibration.logs import RunLog
 from hil.calibration.residual import ResidualModel, apply_correction
 from hil.calibration.simulate import RunSimulator
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 from hil.errors import ConfigError
 from hil.recorder import read_recording
 from hil.runtime import Runtime

@@ -14,7 +14,7 @@ import pytest
 from hil.campaign.criteria import FAIL, NA, PASS, check, fallback_command_times, interventions
 from hil.campaign.paired import check_paired, finalize, seen
 from hil.campaign.schema import Criterion
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.recorder import columns_for
 from plants.base import load_plant_module
 

@@ -3,7 +3,7 @@ setpoints from the scenario's controllers and limits from its monitor rules."""
 
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.dashboard.layout import UnknownSignal, build_layout
 from tests.hil.safety.helpers import CONFIG as POLICY_CONFIG
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hil.config import load_scenario, parse_scenario
+from hil.scenario.config import load_scenario, parse_scenario
 from hil.errors import ConfigError
 from hil.gaps.config import ActuatorGap, GapsSection, SensorGap
 from tests.hil.gaps.gaps_util import TANK
@@ -156,7 +156,7 @@ def test_profile_path_resolves_against_the_scenario_file(tmp_path, monkeypatch):
     """A scenario names its data files relative to itself; it loads from any cwd."""
     from pathlib import Path
 
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.gaps.profile import from_latencies, save_profile
 
     root = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.gaps import GapPipeline
 from plants.base import Plant
 from tests.hil.gaps.gaps_util import TANK, build

@@ -20,7 +20,7 @@ def runtime_replay(actions: np.ndarray, action_names: list[str], seed: int, step
     """Run the gym scenario in the real loop (hil.runtime.Runtime, lockstep, recorded) with
     the bus inputs driven by profiles that replay `actions` (one row per step), no bus, no
     policy, no servers; returns the recording as a DataFrame."""
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.recorder import read_recording
     from hil.runtime import Runtime
 

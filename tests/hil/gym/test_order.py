@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from hil.config import parse_scenario  # noqa: E402
+from hil.scenario.config import parse_scenario  # noqa: E402
 from hil.gym.env import HilEnv  # noqa: E402
 from hil.gym.vector import HilVectorEnv  # noqa: E402
 from tests.hil.gym.helpers import raw_scenario  # noqa: E402

@@ -150,7 +150,7 @@ def test_onnx_with_normalization_and_scaling_recorded(tmp_path):
     with open(tmp_path / "vecnormalize.pkl", "wb") as f:
         pickle.dump(venv, f)
     venv.close()
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
 
     sc = load_scenario(CONFIG)
     vdir = import_onnx(tmp_path / "actor.onnx", sc, tmp_path / "pol", vecnormalize_path=tmp_path / "vecnormalize.pkl",

@@ -39,7 +39,7 @@ pytest.importorskip("gymnasium")
 
 from hil.calibration.residual import ResidualModel  # noqa: E402
 from hil.calibration.tomlw import dumps  # noqa: E402
-from hil.config import load_scenario, parse_scenario  # noqa: E402
+from hil.scenario.config import load_scenario, parse_scenario  # noqa: E402
 from hil.loop.step import no_correction  # noqa: E402
 from hil.recorder import columns_for, read_recording  # noqa: E402
 

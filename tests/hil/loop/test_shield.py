@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hil.bus.config import action_input_names
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.loop.shield import (FALLBACK_BAD, FALLBACK_LATE, FALLBACK_MODE, FALLBACK_UNKNOWN, POLICY, PROJECTED,
                              Shield)
 from tests.hil.safety.helpers import ROOT

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from hil.bus.wire import Sender
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.loop.shield_bus import FALLBACK_SILENT, SOURCE_NAMES, ShieldBusEndpoint
 from hil.loop.shield import FALLBACK_LATE, FALLBACK_MODE, POLICY, PROJECTED
 from tests.hil.safety.helpers import ROOT, remove_ipc_dirs, IPC_DIRS

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hil.bus.config import action_input_names
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.loop.shield import FALLBACK_UNKNOWN, POLICY, PROJECTED, Shield
 from plants.base import Plant
 from tests.hil.safety.helpers import ROOT

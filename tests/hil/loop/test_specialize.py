@@ -18,7 +18,7 @@ from tests.hil.safety.helpers import ROOT
 
 PROBE = """
 import json, sys
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.loop.plant import scenario_plant
 from hil.loop.step import LoopStep
 sc = load_scenario(sys.argv[1])
@@ -32,7 +32,7 @@ print(json.dumps({"cached": ls.kern.cached, "hits": sum(ls.kern.row_step.stats.c
 
 
 def _plant(config):
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.loop.plant import scenario_plant
 
     sc = load_scenario(ROOT / "configs" / config)

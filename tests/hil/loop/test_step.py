@@ -52,7 +52,7 @@ def test_fused_and_staged_paths_are_bit_identical(case, tmp_path):
 def test_a_plant_kernel_replaced_after_the_first_step_is_the_one_called(tmp_path):
     from numba import njit
 
-    from hil.config import parse_scenario
+    from hil.scenario.config import parse_scenario
     from hil.loop.plant import scenario_plant
 
     cell = Case("bioreactor", "plain", tmp_path)

@@ -6,7 +6,7 @@ import copy
 import tomllib
 from pathlib import Path
 
-from hil.config import parse_scenario
+from hil.scenario.config import parse_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "configs" / "bioreactor_policy.toml"

@@ -124,7 +124,7 @@ def _scenario_text(tmp_path, old: str, new: str):
     ('hold = ["gripper.width_target"]', 'hold = []', "safety.fallback", "no fallback for gripper.width_target"),
 ])
 def test_scenario_errors_name_the_key(tmp_path, old, new, key, reason):
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.errors import ConfigError
 
     with pytest.raises(ConfigError) as exc:

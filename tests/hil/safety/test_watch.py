@@ -5,7 +5,7 @@ import os
 import signal
 from types import SimpleNamespace
 
-from hil.health import Alarms
+from hil.loop.health import Alarms
 from hil.safety.watch import SafetyWatch
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.config import load_scenario
+from hil.scenario.config import load_scenario
 from hil.errors import ConfigError
 from hil.recorder import read_recording
 from hil.runtime import Runtime

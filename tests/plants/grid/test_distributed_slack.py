@@ -152,7 +152,7 @@ def test_the_run_summary_says_distributed_slack_then_collapse_after_continuation
     """The grid118 line-139 run in lockstep (the scenario's ratings): the step 15 cascade converges
     only with distributed slack, a later one has no solution; the summary carries both alarms, in
     that order, each saying which."""
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
     from hil.runtime import Runtime
     p = tmp_path / "grid118_l139.toml"
     p.write_text(f"""

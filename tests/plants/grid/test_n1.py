@@ -15,7 +15,7 @@ from .conftest import ROOT
 def stressed():
     """configs/grid118.toml's operating point at t = 0 (protection off), with its plant."""
     from hil.commands.grid import initial_inputs
-    from hil.config import load_scenario
+    from hil.scenario.config import load_scenario
 
     sc = load_scenario(ROOT / "configs" / "grid118.toml")
     plant = sc.plant.load()

@@ -11,7 +11,7 @@ import math
 import re
 
 from hil.errors import ConfigError
-from hil.numbers import MAX_TIME_S, MIN_PERIOD_S, too_many_steps
+from hil.scenario.numbers import MAX_TIME_S, MIN_PERIOD_S, too_many_steps
 
 UNITS_S = {
     "ms": 1e-3,

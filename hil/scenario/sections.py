@@ -1,6 +1,6 @@
 """The scenario's subsystem sections and the modules that own them: section key -> (module,
-model class). Each module owns its section's schema and checks; hil/config.py validates a
-section through its class, hil/signal_tables.py imports the modules so that they register
+model class). Each module owns its section's schema and checks; hil/scenario/config.py validates a
+section through its class, hil/scenario/signal_tables.py imports the modules so that they register
 their signal tables."""
 
 from __future__ import annotations

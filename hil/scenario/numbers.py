@@ -1,6 +1,6 @@
 """Sane numbers for every configuration model: one rule set, applied by the models' base class.
 
-Every config model derives from `hil.config.StrictModel` (or uses `NUMBER_CONFIG` and
+Every config model derives from `hil.scenario.config.StrictModel` (or uses `NUMBER_CONFIG` and
 `check_numbers` like the campaign schema), which gives it:
 
 - `allow_inf_nan = False`: a float field (also inside lists, tuples and dicts) given NaN or

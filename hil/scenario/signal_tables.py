@@ -11,7 +11,7 @@ Array groups: `expand_input_groups` turns `[inputs."gen.p"]` into one entry per 
 `expand_name_list` a list of names (a policy's features) into elements, once, when the
 scenario is validated against the plant's spec.
 
-`resolve_plant_files` applies the path rule (hil/paths.py) to the options a plant module
+`resolve_plant_files` applies the path rule (hil/scenario/paths.py) to the options a plant module
 declares as files (FILE_OPTIONS, plants/base.py): `[plant] case = "case118.m"` is relative
 to the scenario file.
 """
@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hil.errors import ConfigError
-from hil.paths import resolve_against
-from hil.sections import SUBSYSTEM_SECTIONS
+from hil.scenario.paths import resolve_against
+from hil.scenario.sections import SUBSYSTEM_SECTIONS
 
 
 def expand_input_groups(inputs: dict, spec) -> dict:
@@ -49,7 +49,7 @@ def expand_input_groups(inputs: dict, spec) -> dict:
 
 
 # Tables keyed by input name whose values apply per element: a group key sets every element
-# (an element's own key wins). Expanded once the spec is known (hil.config.parse_scenario).
+# (an element's own key wins). Expanded once the spec is known (hil.scenario.config.parse_scenario).
 INPUT_VALUE_TABLES: tuple[tuple[str, ...], ...] = (
     ("bus", "fallback_action"),
     ("safety", "projection", "box"), ("safety", "projection", "rate"),
@@ -60,7 +60,7 @@ INPUT_VALUE_TABLES: tuple[tuple[str, ...], ...] = (
 
 def expand_value_tables(sc, spec):
     """`sc` (a Scenario) with group keys of INPUT_VALUE_TABLES replaced by their elements."""
-    from hil.paths import _child, _replace
+    from hil.scenario.paths import _child, _replace
 
     for path in INPUT_VALUE_TABLES:
         table = sc
@@ -117,7 +117,7 @@ def resolve_plant_files(data: dict, base_dir: str | Path | None, source: str | N
 SIGNAL_TABLES: dict[tuple[str, ...], frozenset | None] = {
     ("plant", "parameters"): None,
     ("plant", "initial_state"): None,
-    ("inputs",): frozenset({"driver", "value", "profile"}),  # hil.config.InputSection
+    ("inputs",): frozenset({"driver", "value", "profile"}),  # hil.scenario.config.InputSection
     ("bus", "fallback_action"): None,
 }
 

@@ -7,7 +7,7 @@ as any command-line path does. Scenarios built in code (`parse_scenario(data)` w
 base_dir) keep their paths as given (relative to the cwd). Defaults count as written in the
 file: `recording.path` "runs/{scenario}-{timestamp}" lands beside the scenario file.
 PATH_KEYS lists every such key ("*" = any table key); a section adding a path adds it here.
-`hil.config.load_scenario` applies the rule; `hil.config` re-exports these names.
+`hil.scenario.config.load_scenario` applies the rule; `hil.scenario.config` re-exports these names.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hil.errors import ConfigError
-from hil.numbers import MAX_SCENARIO_BYTES, NUMBER_CONFIG, check_numbers, too_many_steps
-from hil.sections import SUBSYSTEM_SECTIONS  # noqa: F401  (re-exported)
-from hil.signal_tables import (  # noqa: F401  (re-exported)
+from hil.scenario.numbers import MAX_SCENARIO_BYTES, NUMBER_CONFIG, check_numbers, too_many_steps
+from hil.scenario.sections import SUBSYSTEM_SECTIONS  # noqa: F401  (re-exported)
+from hil.scenario.signal_tables import (  # noqa: F401  (re-exported)
     SIGNAL_TABLES,
     expand_input_groups,
     expand_name_list,
@@ -35,7 +35,7 @@ from hil.signal_tables import (  # noqa: F401  (re-exported)
     register_signal_table,
     resolve_plant_files,
 )
-from hil.paths import (  # noqa: F401  (re-exported: section modules import them from here)
+from hil.scenario.paths import (  # noqa: F401  (re-exported: section modules import them from here)
     PATH_KEYS,
     resolve_against,
     resolve_path,
@@ -46,7 +46,7 @@ from hil.paths import (  # noqa: F401  (re-exported: section modules import them
 
 class StrictModel(BaseModel):
     """Base of every config model: unknown keys rejected, frozen, no type coercion from str, and
-    every number the user set sane (finite, bounded magnitude, durations in range: hil.numbers)."""
+    every number the user set sane (finite, bounded magnitude, durations in range: hil.scenario.numbers)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, **NUMBER_CONFIG)
 
@@ -186,7 +186,7 @@ class RecordingSection(StrictModel):
 
 
 def _optional_section(module: str, name: str):
-    """Import a subsystem's section model lazily (keeps hil/config.py free of cycles)."""
+    """Import a subsystem's section model lazily (keeps hil/scenario/config.py free of cycles)."""
     import importlib
 
     return getattr(importlib.import_module(module), name)
@@ -199,7 +199,7 @@ class Scenario(StrictModel):
     inputs: dict[str, InputSection] = Field(default_factory=dict)
     recording: RecordingSection = Field(default_factory=RecordingSection)
     # Subsystem sections (validated by their own modules, see below).
-    # validated by their own models in parse_scenario (hil.numbers rules included)
+    # validated by their own models in parse_scenario (hil.scenario.numbers rules included)
     NUMBERS_CHECKED_ELSEWHERE: ClassVar[tuple[str, ...]] = ("modbus", "opcua", "iec104", "softplc", "gaps", "bus",
                                                             "safety", "policy", "gym")
     modbus: Any = None
@@ -229,7 +229,7 @@ class Scenario(StrictModel):
 
 SERVER_KINDS = ("modbus", "opcua", "iec104")  # sections that start a protocol server process
 
-# Subsystem section -> (module, model class): hil/sections.py. Each owns its schema and checks.
+# Subsystem section -> (module, model class): hil/scenario/sections.py. Each owns its schema and checks.
 assert set(SUBSYSTEM_SECTIONS) == set(Scenario.NUMBERS_CHECKED_ELSEWHERE)
 SCENARIO_SECTIONS: tuple[str, ...] = tuple(Scenario.model_fields)  # the top-level tables of a scenario file
 
