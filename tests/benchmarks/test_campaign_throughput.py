@@ -55,8 +55,8 @@ def test_helper_share_takes_each_stratum_s_helper_time_out_once_per_run():
 @pytest.mark.timeout(900)
 def test_quick_run_cold_starts_a_worker_per_run_warm_reuses_one():
     res = run_quick("campaign_throughput", "--workers", "1", timeout=880)
-    assert res["quick"] and res["sample_runs"] == 2 and set(res["modes"]) == {"warm", "warm_nocache", "cold"}
-    assert res["modes"]["warm"]["worker_processes"] == res["modes"]["warm_nocache"]["worker_processes"] == 1
+    assert res["quick"] and res["sample_runs"] == 2 and set(res["modes"]) == {"warm", "warm_spawn", "cold"}
+    assert res["modes"]["warm"]["worker_processes"] == res["modes"]["warm_spawn"]["worker_processes"] == 1
     assert res["modes"]["cold"]["worker_processes"] == 2
     for m in res["modes"].values():
         assert m["full_runs"] == 40 and m["projected_full_s"] > 0  # 2 strata x 20 seeds

@@ -131,9 +131,11 @@ def test_warm_worker_runs_equal_cold_runs(tmp_path):
         # the safety's counters are the run's own (not summed over the runs of its process) ...
         for res in (cold[k], warm[k]):
             n, saf = res["summary"]["steps"], res["summary"]["safety"]
-            # (a dead policy: nothing waits for the safety's last decision, the run may end before it)
+            # (the observation published after the last step gets a decision nobody waits for: the
+            # run may stop before it is counted; a dead policy: also before the last observation)
             last = (n - 1, n) if ".crash." in k else (n,)
-            assert saf["obs_accepted"] in last and saf["decisions"] in last, (k, saf)
+            assert saf["obs_accepted"] in last and saf["decisions"] in (n - 1, n), (k, saf)
+            assert saf["decisions"] <= saf["obs_accepted"], (k, saf)
             assert saf["obs_dropped_auth"] == saf["proposal_dropped_auth"] == 0, (k, saf)
         # ... and so is the stderr both processes wrote: the run's own stderr.log
         run_dir = tmp_path / "warm" / "runs" / k
