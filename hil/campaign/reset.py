@@ -240,3 +240,35 @@ def seed_run(scenario) -> None:
     seed = int(getattr(scenario.loop, "seed", 0) or 0)
     random.seed(seed)
     np.random.seed(seed % (1 << 32))
+
+
+def serve_kept(warm: dict, role: str, serve, rebuild) -> int:
+    """The cycle of a process kept alive across a campaign's runs (the policy's and the safety's):
+    `serve(stop)` runs one run until SIGUSR1 (park) or SIGTERM/SIGINT (exit) appends to `stop`;
+    on park, report parked, wait for the next signed reset, apply its fault environment,
+    `rebuild(boot)` every per-run object (returns the new `serve`), acknowledge, serve again.
+    Returns the process's exit code: 0 on exit or a closed link, 2 when a rebuild failed (the
+    worker then starts a fresh process)."""
+    import signal
+
+    link = ChildLink(warm, role)
+    stop: list = []
+    signal.signal(signal.SIGUSR1, lambda *_: stop.append("park"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append("exit"))
+    while True:
+        serve(stop)
+        if "park" not in stop or "exit" in stop:
+            return 0
+        link.parked()
+        boot = link.next_reset()
+        if boot is None or "exit" in stop:
+            return 0
+        stop.clear()
+        try:
+            apply_fault_env(boot, role)
+            serve = rebuild(boot)
+        except Exception as exc:  # noqa: BLE001  (refused: the worker starts a fresh process)
+            link.acknowledge(False, f"{type(exc).__name__}: {exc}")
+            return 2
+        link.acknowledge(True)

@@ -327,29 +327,12 @@ def _serve_warm(runner: PolicyRunner, warm: dict, args, confinement: dict) -> in
     """A process kept alive across a campaign's runs (hil/campaign/reset.py): serve a run until
     SIGUSR1 (park) or SIGTERM (exit), report parked, wait for the next signed reset, build
     every per-run object again from it, acknowledge, serve."""
-    from hil.campaign.reset import ChildLink, apply_fault_env
+    from hil.campaign.reset import serve_kept
 
-    link = ChildLink(warm, "policy")
-    stop: list = []
-    signal.signal(signal.SIGUSR1, lambda *_: stop.append("park"))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append("exit"))
-    while True:
-        runner.run(args.parent_pid, args.status, stop=stop)
-        if "park" not in stop or "exit" in stop:
-            return 0
-        link.parked()
-        boot = link.next_reset()
-        if boot is None or "exit" in stop:
-            return 0
-        stop.clear()
-        try:
-            apply_fault_env(boot, "policy")
-            runner = _build(boot, args, confinement)
-        except Exception as exc:  # noqa: BLE001  (refused: the worker starts a fresh process)
-            link.acknowledge(False, f"{type(exc).__name__}: {exc}")
-            return 2
-        link.acknowledge(True)
+    def serving(r: PolicyRunner):
+        return lambda stop: r.run(args.parent_pid, args.status, stop=stop)
+
+    return serve_kept(warm, "policy", serving(runner), lambda boot: serving(_build(boot, args, confinement)))
 
 
 if __name__ == "__main__":

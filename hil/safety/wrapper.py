@@ -469,29 +469,13 @@ def _serve_warm(proc: SafetyProcess, warm: dict, args) -> int:
     SIGUSR1 (park: the decision log closed, the final status written) or SIGTERM (exit), report
     parked, wait for the next signed reset (its boot names the run's decision log and status
     file), build every per-run object again, acknowledge, serve."""
-    from hil.campaign.reset import ChildLink, apply_fault_env
+    from hil.campaign.reset import serve_kept
 
-    link = ChildLink(warm, "safety")
-    stop: list = []
-    signal.signal(signal.SIGUSR1, lambda *_: stop.append("park"))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append("exit"))
-    while True:
-        proc.run(args.parent_pid, stop=stop)
-        if "park" not in stop or "exit" in stop:
-            return 0
-        link.parked()
-        boot = link.next_reset()
-        if boot is None or "exit" in stop:
-            return 0
-        stop.clear()
-        try:
-            apply_fault_env(boot, "safety")
-            proc = _build(boot, args, boot.get("log"), boot.get("status"))
-        except Exception as exc:  # noqa: BLE001  (refused: the worker starts a fresh process)
-            link.acknowledge(False, f"{type(exc).__name__}: {exc}")
-            return 2
-        link.acknowledge(True)
+    def serving(p: SafetyProcess):
+        return lambda stop: p.run(args.parent_pid, stop=stop)
+
+    return serve_kept(warm, "safety", serving(proc),
+                      lambda boot: serving(_build(boot, args, boot.get("log"), boot.get("status"))))
 
 
 if __name__ == "__main__":
