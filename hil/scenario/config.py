@@ -27,6 +27,7 @@ from hil.scenario.numbers import MAX_SCENARIO_BYTES, NUMBER_CONFIG, check_number
 from hil.scenario.sections import SUBSYSTEM_SECTIONS  # noqa: F401  (re-exported)
 from hil.scenario.signal_tables import (  # noqa: F401  (re-exported)
     SIGNAL_TABLES,
+    _deep_merge,
     expand_input_groups,
     expand_name_list,
     expand_value_tables,
@@ -429,12 +430,3 @@ def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
     overrides = resolve_plant_files(overrides, Path.cwd(), str(path), model=model)
     _deep_merge(data, overrides)
     return parse_scenario(data, source=str(path), base_dir=path.resolve().parent)
-
-
-def _deep_merge(base: dict, over: dict) -> None:
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
-        else:
-            base[key] = value
-

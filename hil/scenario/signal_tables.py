@@ -189,6 +189,8 @@ def _set_in(data: dict, path: tuple, value) -> dict:
 
 
 def _deep_merge(base: dict, over: dict) -> None:
+    """Merge `over` into `base` in place: nested tables merged key by key, anything else replaced
+    (the one merge of scenario overrides: config, campaign expansion, signal tables)."""
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             _deep_merge(base[key], value)
