@@ -69,3 +69,22 @@ def command(point, value, wire: Wire, tries: int = 3) -> bool:
         if not sbo or wire.executed(point.io_address) or wire.negative(point.io_address):
             return False
     return False
+
+
+def refused(point, value, wire: Wire, bound_s: float) -> bool:
+    """Send a command that the server must refuse; True once a negative answer for it is on the wire.
+
+    The select race above can leave a select-before-operate command unexecuted in all of
+    `command`'s tries (seen once under a loaded CI run: three confirmed selects, no execute, so no
+    answer to wait for). Then the command is sent again, until a negative answer arrives or
+    `bound_s` runs out; a refused command writes nothing, so repeating it is harmless.
+    """
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        command(point, value, wire)
+        settle = min(deadline, time.monotonic() + 5.0)
+        while time.monotonic() < settle:
+            if wire.negative(point.io_address):
+                return True
+            time.sleep(0.02)
+    return wire.negative(point.io_address)

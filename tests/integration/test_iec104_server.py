@@ -24,7 +24,7 @@ pytest.importorskip("scapy.contrib.scada.iec104")
 from adapters.process import start_servers, stop_servers  # noqa: E402
 from hil.scenario.config import parse_scenario  # noqa: E402
 from hil.image import ProcessImage  # noqa: E402
-from tests.integration.iec104_c104 import Wire, command, open_connection  # noqa: E402
+from tests.integration.iec104_c104 import Wire, command, open_connection, refused  # noqa: E402
 from tests.integration.iec104_scapy import NEGATIVE, POSITIVE, ScapyIec104  # noqa: E402
 from tests.integration.net import free_port  # noqa: E402
 
@@ -190,11 +190,7 @@ def test_setpoints_select_before_operate_range_checked_and_refusals_counted(serv
             # its transmit() may return True on a refused command (for an unknown IOA the server sends
             # ACT_CON with P/N = 1, then the object again with COT 47 and P/N = 0, and the client can
             # take the latter, also as the answer to the next command)
-            command(point, value, wire)
-            deadline = time.monotonic() + WAIT_S      # the negative answer, as received on the wire
-            while not wire.negative(point.io_address):
-                assert time.monotonic() < deadline, (point.io_address, value, wire.received)
-                time.sleep(0.02)
+            assert refused(point, value, wire, WAIT_S), (point.io_address, value, wire.received)
         np.testing.assert_array_equal(image.read_inputs(), before)     # no refused command touched the image
         assert command(sbo, 12.0, wire)                                  # and the server still takes commands
         assert image.read_inputs()[i2] == 12.0
