@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(BIN)/hil demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 test-loaded: $(STAMP)
 	$(BIN)/python tests/cpu_hog.py --per-cpu $(HOG_PER_CPU) -- $(BIN)/python -m pytest -q $(TESTS)
