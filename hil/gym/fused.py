@@ -52,13 +52,13 @@ from hil.loop.specialize import _write_if_changed, cache_dir, specialised
 log = logging.getLogger("hil.gym")
 
 #: kernel arguments, in order (HilVectorEnv._fused_args builds them)
-ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, W, aux, Aact, Asen, counts, status, "
-        "u_lo, u_hi, x_lo, x_hi, x_tol, Xout, c_W, c_lo, c_scale, c_idx, C_incr, Rows, step_s, dt, n_sub, "
+ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, W, aux, SP, HS, REC, HR, DV, n_drawn, "
+        "counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, Xout, c_W, c_lo, c_scale, c_idx, C_incr, Rows, step_s, dt, n_sub, "
         "A, action_index, prof_index, prof_start, prof_t, prof_v, "
         "feat_index, feat_dpos, FO, good, bad, fprev, first, obs, mode, sub_index, sub_value, "
         "DU, reward, terminated, truncated, diverged, out_b, limit_b, clipped, "
         "lim_y, lim_index, lim_lo, lim_hi, state_bounds, terminal_reward, max_steps, "
-        "pf_act, pf_act_ring, pf_sen, pf_sen_ring, pf_dist, rows_step")
+        "pf_rec, pf_act_ring, pf_sen_ring, pf_dist, rows_step")
 
 MODE_HOLD, MODE_SUBSTITUTE, MODE_NAN = 0, 1, 2
 MODES = {"hold": MODE_HOLD, "substitute": MODE_SUBSTITUTE, "nan": MODE_NAN}
@@ -86,13 +86,26 @@ _ROW = '''
         for j in range(Uapp.shape[1]):
             Uprev[i, j] = Uapp[i, j]
         c0 = counts[i, 0] + counts[i, 1]
-        if ri:
-            status[i] = row_step(K[i], items_of(Tp, i, 1), row_of(X, i), row_of(Z, i), row_of(D, i), row_of(P, i),
-                                 row_of(Ucmd, i), row_of(Uclip, i), row_of(Uapp, i), row_of(Y, i),
-                                 row_of(Ymeas, i), block_of(W, 0), aux, row_of(Aact, i), row_of(Asen, i),
-                                 row_of(counts, i), u_lo, u_hi, x_lo, x_hi, x_tol,
-                                 row_of(Xout, i), c_W, c_lo, c_scale, c_idx, row_of(C_incr, i), row_of(Rows, i * rows_step),
-                                 step_s, dt, n_sub, 0, 0.0)
+        if ri:  # the loop's row_step (hil/loop/specialize.py), its gaps on the shared layout
+            k = K[i]
+            t = k * step_s
+            t_end = t + step_s
+            rec = row_of(REC, i)
+            x, z, d, p, u_app = row_of(X, i), row_of(Z, i), row_of(D, i), row_of(P, i), row_of(Uapp, i)
+            y, y_meas, u_clip = row_of(Y, i), row_of(Ymeas, i), row_of(Uclip, i)
+            if DV.shape[0]:
+                load_drawn(SP, rec, DV)
+            clip_inputs(row_of(Ucmd, i), u_lo, u_hi, u_app, u_clip, row_of(counts, i))
+            actuate_compact(SP, HS, rec, HR, n_drawn, t, u_clip, u_app)
+            Tp[i] = loop_advance(Tp[i], x, z, d, u_app, p, dt, n_sub, block_of(W, 0), aux)
+            st = correct_stage(x, u_app, dt, c_W, c_lo, c_scale, c_idx, row_of(C_incr, i), x_lo, x_hi, x_tol,
+                               row_of(Xout, i))
+            if st >= 0:
+                loop_outputs(x, z, d, u_app, p, y, aux)
+                sense_compact(SP, HS, rec, HR, n_drawn, t_end, y, y_meas)
+            if rows_step:
+                record_stage(row_of(Rows, i), k, t_end, 0, 0.0, row_of(Ucmd, i), u_app, x, y, y_meas, z, d)
+            status[i] = st
             K[i] += 1
         clipped[i] = counts[i, 0] + counts[i, 1] - c0
         # features over (measured outputs with Bad ones replaced, applied inputs): hil/gym/signals.py
@@ -154,12 +167,11 @@ _ROW = '''
 _PREFETCH = '''
         ahead = i + 2 * pf_dist
         if pf_dist >= 0 and ahead < n:
-            prefetch_ranges(row_of(Aact, ahead), pf_act)
-            prefetch_ranges(row_of(Asen, ahead), pf_sen)
+            prefetch_ranges(row_of(REC, ahead), pf_rec)
         ahead = i + pf_dist
         if pf_dist >= 0 and ahead < n:
-            prefetch_ring(row_of(Aact, ahead), pf_act_ring)
-            prefetch_ring(row_of(Asen, ahead), pf_sen_ring)
+            prefetch_ring(row_of(REC, ahead), pf_act_ring)
+            prefetch_ring(row_of(REC, ahead), pf_sen_ring)
             for rows in (X, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, obs, good, fprev, A):
                 prefetch_row_at(rows, ahead)
 '''
@@ -170,8 +182,11 @@ step over every instance. Do not edit: it is rewritten when hil's template chang
 import numpy as np
 from numba import njit
 
-from hil.gym.prefetch import block_of, items_of, prefetch_ranges, prefetch_ring, prefetch_row_at, row_of
-from {loop_module} import row_step
+from hil.gaps.compact import actuate_compact, load_drawn, sense_compact
+from hil.gym.prefetch import block_of, prefetch_ranges, prefetch_ring, prefetch_row_at, row_of
+from hil.loop.kernels import clip_inputs
+from hil.loop.step import correct_stage, record_stage
+from {loop_module} import advance as loop_advance, outputs as loop_outputs
 
 MODE_SUBSTITUTE = {mode_substitute}
 MODE_NAN = {mode_nan}
@@ -201,6 +216,7 @@ def _sources() -> str:
     here = Path(__file__).resolve().parent
     for name in ("fused.py", "prefetch.py", "exprgen.py", "expr.py"):
         h.update((here / name).read_bytes())
+    h.update((here.parent / "gaps" / "compact.py").read_bytes())
     return h.hexdigest()[:16]
 
 

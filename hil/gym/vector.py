@@ -35,9 +35,8 @@ from gymnasium.vector.utils import batch_space
 
 from numba.core.typing.typeof import Purpose, typeof
 
-from hil.gaps.pipeline import A_AS, A_I, A_T, A_V, S_I, S_PROF, S_T, S_V
+from hil.gaps.compact import CompactGaps
 from hil.gym.fused import MODES, PREFETCH_DISTANCE, gym_kernels
-from hil.gym.prefetch import arena_plan
 from hil.loop.step import LoopStep, fused_kernels, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
@@ -92,8 +91,14 @@ class HilVectorEnv(VectorEnv):
         self.Uprev = self.Ucmd.copy()
         self.Y = np.zeros((N, m.n_y))
         self.Ymeas = np.zeros((N, m.n_y))
-        self.Aact = np.repeat(self.template._act_buf[None, :], N, axis=0)
-        self.Asen = np.repeat(self.template._sense_buf[None, :], N, axis=0)
+        self.batched = m.plant_model.form == "ode" and is_compiled(m.plant_step) and is_compiled(m.plant_outputs)
+        gk = gym_kernels(m) if self.batched and fused is not False else None
+        # the gap arenas per instance (the loop's layout: the numpy path, "step" plants), or, for
+        # the fused step, the shared-parameter layout (hil/gaps/compact.py, set up in _fused_setup)
+        self.Aact = self.Asen = None
+        if gk is None:
+            self.Aact = np.repeat(self.template._act_buf[None, :], N, axis=0)
+            self.Asen = np.repeat(self.template._sense_buf[None, :], N, axis=0)
         self.Z = np.repeat(m.snapshot0.z[None, :], N, axis=0)
         self.D = np.repeat(m.snapshot0.d[None, :], N, axis=0)
         self.counts = np.zeros((N, 2), dtype=np.int64)
@@ -104,8 +109,7 @@ class HilVectorEnv(VectorEnv):
         self.C_incr = np.zeros((N, corr[4].size))
         # "ode" plants with compiled kernels: every row in one batch call; others ("step" form:
         # per-instance work arrays, or a Python step) the same row kernel through one LoopStep
-        # per instance over views of the rows
-        self.batched = m.plant_model.form == "ode" and is_compiled(m.plant_step) and is_compiled(m.plant_outputs)
+        # per instance over views of the rows (self.batched, above)
         self.W = np.zeros((N, 5, m.n_x))
         self.rows_steps: list[LoopStep] = []
         if not self.batched:
@@ -134,7 +138,6 @@ class HilVectorEnv(VectorEnv):
         self._ym0 = np.zeros(m.n_y)
         self._x0 = m.x0.copy()
         self._u0 = m.u0.copy()
-        gk = gym_kernels(m) if self.batched and fused is not False else None
         self.fused = gk is not None
         self._fused_kernel = gk.step if gk else None
         self._fused_calls: list | None = None  # per block of rows: (entry point, its arguments)
@@ -166,8 +169,8 @@ class HilVectorEnv(VectorEnv):
                      np.array([i for _, i, _, _ in m.limits], dtype=np.int64),
                      np.array([lo for _, _, lo, _ in m.limits], dtype=np.float64),
                      np.array([hi for _, _, _, hi in m.limits], dtype=np.float64))
-        g = self.template
-        self._pf = (*arena_plan(g._act_buf, A_AS + 1, A_I, A_T, A_V), *arena_plan(g._sense_buf, S_PROF + 1, S_I, S_T, S_V))
+        self.gaps = CompactGaps(self.template, N, len(self._blocks))
+        self._pf = self.gaps.plans()
 
     def _fused_args(self, block: int) -> tuple:
         """hil/gym/fused.py ARGS for one block of rows: views of the per-instance arrays, the
@@ -182,7 +185,8 @@ class HilVectorEnv(VectorEnv):
 
         return (r(self.run), r(self.autoreset), r(self.K), r(self.Tp), r(self.X), r(self.Z), r(self.D), r(self.P),
                 r(self.Ucmd), r(self.Uclip), r(self.Uapp), r(self.Uprev), r(self.Y), r(self.Ymeas), w, (),
-                r(self.Aact), r(self.Asen), r(self.counts), r(self.status),
+                self.gaps.SP[block], self.gaps.HS, r(self.gaps.REC), self.gaps.HR, self.gaps.DV,
+                len(self.gaps.drawn_rows), r(self.counts), r(self.status),
                 m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr),
                 r(self.Rows) if self.record_rows else rows,
                 m.step_s, m.dt_plant, m.substeps,
@@ -191,7 +195,7 @@ class HilVectorEnv(VectorEnv):
                 r(self.obs), MODES[f.mode], f.sub_index.astype(np.int64), f.sub_value,
                 du, r(self.reward), r(self.terminated), r(self.truncated), r(self.diverged), r(self.out_b),
                 r(self.limit_b), r(self.clipped), *self._lim, bool(m.gym.state_bounds), float(m.gym.terminal_reward),
-                int(m.max_steps), pf[0], pf[1], pf[2], pf[3], PREFETCH_DISTANCE, int(self.record_rows))
+                int(m.max_steps), pf[0], pf[1], pf[2], PREFETCH_DISTANCE, int(self.record_rows))
 
     def _bind_fused(self) -> list:
         """(compiled entry point, arguments) per block: the kernel called without Numba's
@@ -232,8 +236,11 @@ class HilVectorEnv(VectorEnv):
             else:
                 self.rows_steps[i].plant.compute_outputs()  # into Y[i]
             g.sense(0.0, self.Y[i], self._ym0)  # the loop's initial publish
-            self.Aact[i] = g._act_buf
-            self.Asen[i] = g._sense_buf
+            if self.fused:
+                self.gaps.load(i)
+            else:
+                self.Aact[i] = g._act_buf
+                self.Asen[i] = g._sense_buf
             self.Ymeas[i] = self._ym0
         self.features.forget(rows)
 
