@@ -3,7 +3,8 @@
 Scenario and N as benchmarks/gym_speed.py (configs/bioreactor_gym.toml, every gap, N = 1024),
 one thread (the serial fused env), process CPU time, every side interleaved with the order
 rotated, warm-up call, >= 3 repeats (benchmarks/fair.py). Interleaving means every side finds
-its data evicted by the others (~75 kB of arenas per instance, ~80 MB in all): each figure is a
+its data evicted by the others (~75 kB of gap records per instance, ~75 MB in all, mostly
+delay rings of which a step reads a few lines): each figure is a
 step from cold caches, the regime gym_speed.py measures. Sides, us per instance-step:
 
     step                  HilVectorEnv.step (fused, one thread): the goal's work
@@ -14,8 +15,9 @@ step from cold caches, the regime gym_speed.py measures. Sides, us per instance-
                           gaps, plant, correction, outputs, recording row; no prefetch)
     plant                 the plant's step + outputs alone (RK4 sub-steps of plants/bioreactor.py,
                           rows of X, u, p): the floor no gap or env work can go under
-    actuation_gaps        the actuation delay + actuator gap alone (hil/gaps/pipeline.py _actuate)
-    sensing_gaps          the sensor gap + observation delay alone (_sense)
+    actuation_gaps        the actuation delay + actuator gap alone, as the fused step runs them: on the
+                          shared-parameter layout (hil/gaps/compact.py load_drawn + actuate_compact)
+    sensing_gaps          the sensor gap + observation delay alone (compact.py sense_compact)
 
 and derived: python_per_call = step - fused_kernel (argument binding, autoreset check, info
 arrays), gaps = actuation_gaps + sensing_gaps, "hot" figures of the plant and gap stages (each
@@ -47,7 +49,7 @@ import fair  # noqa: E402
 from numba import njit  # noqa: E402
 
 import hil.gym  # noqa: E402
-from hil.gaps.pipeline import _actuate, _sense  # noqa: E402
+from hil.gaps.compact import actuate_compact, load_drawn, sense_compact  # noqa: E402
 from hil.gym.prefetch import block_of, row_of  # noqa: E402
 from hil.loop.step import fused_kernels  # noqa: E402
 
@@ -71,15 +73,18 @@ def plant_rows(step, outputs):
 
 
 @njit(nogil=True)
-def actuate_rows(t, Aact, U, Uapp):
-    for i in range(Aact.shape[0]):
-        _actuate(row_of(Aact, i), t, row_of(U, i), row_of(Uapp, i))
+def actuate_rows(t, SP, HS, REC, HR, DV, n_drawn, U, Uapp):
+    for i in range(REC.shape[0]):
+        rec = row_of(REC, i)
+        if DV.shape[0]:
+            load_drawn(SP, rec, DV)
+        actuate_compact(SP, HS, rec, HR, n_drawn, t, row_of(U, i), row_of(Uapp, i))
 
 
 @njit(nogil=True)
-def sense_rows(t, Asen, Y, Ymeas):
-    for i in range(Asen.shape[0]):
-        _sense(row_of(Asen, i), t, row_of(Y, i), row_of(Ymeas, i))
+def sense_rows(t, SP, HS, REC, HR, n_drawn, Y, Ymeas):
+    for i in range(REC.shape[0]):
+        sense_compact(SP, HS, row_of(REC, i), HR, n_drawn, t, row_of(Y, i), row_of(Ymeas, i))
 
 
 def hot(fn, calls: int, n: int, repeats: int) -> float:
@@ -126,14 +131,17 @@ def main(argv=None) -> int:
     c = v.corr
     K3, Tp3, X3, Z3, D3, P3 = v.K.copy(), v.Tp.copy(), v.X.copy(), v.Z.copy(), v.D.copy(), v.P.copy()
     Uc3, Ucl3, Ua3, Y3, Ym3 = v.Ucmd.copy(), v.Uclip.copy(), v.Uapp.copy(), v.Y.copy(), v.Ymeas.copy()
-    Aa3, As3 = v.Aact.copy(), v.Asen.copy()
+    g = v.template  # the loop's own layout: one arena per instance
+    Aa3, As3 = np.repeat(g._act_buf[None, :], n, axis=0), np.repeat(g._sense_buf[None, :], n, axis=0)
     args_k = (*kern.prefix, np.ones(n, bool), K3, Tp3, X3, Z3, D3, P3, Uc3, Ucl3, Ua3, Y3, Ym3, v.W.copy(), (),
               Aa3, As3, v.counts.copy(), v.status.copy(), m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, v.Xout.copy(),
               c[0], c[1], c[2], c[3], v.C_incr.copy(), v.Rows.copy(), m.step_s, m.dt_plant, m.substeps)
     plant = plant_rows(m.plant_step, m.plant_outputs)
     Xp, Up, Pp, Yp = v.X.copy(), v.Uapp.copy(), v.P.copy(), v.Y.copy()
     Wp = np.zeros((1, 5, m.n_x))
-    Aa, As = v.Aact.copy(), v.Asen.copy()
+    gc = v.gaps
+    nd = len(gc.drawn_rows)
+    rec_a, rec_s, sp_a, sp_s = gc.REC.copy(), gc.REC.copy(), gc.SP[0].copy(), gc.SP[0].copy()
     Ui, Uo, Yi, Yo = v.Uclip.copy(), v.Uapp.copy(), v.Y.copy(), v.Ymeas.copy()
     Ui[:] = v.Uapp
     clock = {"plant": float(v.K[0]), "act": float(v.K[0]) * m.step_s, "sen": float(v.K[0] + 1) * m.step_s}
@@ -144,11 +152,11 @@ def main(argv=None) -> int:
 
     def act_side():
         clock["act"] += m.step_s
-        actuate_rows(clock["act"], Aa, Ui, Uo)
+        actuate_rows(clock["act"], sp_a, gc.HS, rec_a, gc.HR, gc.DV, nd, Ui, Uo)
 
     def sen_side():
         clock["sen"] += m.step_s
-        sense_rows(clock["sen"], As, Yi, Yo)
+        sense_rows(clock["sen"], sp_s, gc.HS, rec_s, gc.HR, nd, Yi, Yo)
 
     sides = {"step": lambda: v.step(a), "fused_kernel": lambda: fn(*fargs), "fused_without_loop": without_loop,
              "loop_batch_step": lambda: kern.batch_step_serial(*args_k), "plant": plant_side,
@@ -174,7 +182,9 @@ def main(argv=None) -> int:
     print(json.dumps({
         "load_average_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "scenario": str(CONFIG.relative_to(ROOT)), "instances": n, "quick": q,
-        "arena_items_per_instance": {"actuation": int(v.Aact.shape[1]), "sensing": int(v.Asen.shape[1])},
+        "arena_items_per_instance": {"actuation": int(g._act_buf.size), "sensing": int(g._sense_buf.size)},
+        "layout": {"record_items_per_instance": int(gc.REC.shape[1]), "record_hot_items": int(gc.hot_items),
+                   "shared_items_per_block": int(gc.SP[0].size), "drawn_rows": [list(r) for r in gc.drawn_rows]},
         "ring_slots": {"actuation": int(v.template.actuation.m), "observation": int(v.template.observation.m)},
         "cpu_us_per_instance_step": cpu, "hot_us_per_instance_step": hot_us, "derived_us": derived,
         "timing": {"clock": "process CPU time, one thread, sides interleaved (cold caches), order rotated",
