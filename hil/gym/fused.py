@@ -7,17 +7,29 @@ hil/gym/vector.py's numpy path (which stays as the reference, `fused=False`):
 
     run_i = not autoreset_i                      (the autoreset rows were reset before, in Python)
     profiles -> Ucmd_i, action -> Ucmd_i, Uprev_i = Uapp_i
-    row_step (the loop's step, hil/loop/specialize.py's generated row_step) if run_i; K_i += 1
+    the loop's step if run_i (the stages of hil/loop/specialize.py's generated row_step, in its
+    order: clip_inputs, actuation gaps, plant advance, correct_stage, outputs, sensing gaps,
+    record_stage only when the env keeps rows); K_i += 1
     clipped_i, features (Bad outputs held/substituted, deltas) -> obs_i
     status -> diverged / out of bounds, [gym].limits -> terminated_i, reward_of(...) -> reward_i,
     truncated_i, autoreset_i
 
 with the reward expression compiled into the kernel (hil/gym/exprgen.py) and the next
-instances' gap arenas and rows prefetched (hil/gym/prefetch.py). Scratch (the RK4 work arrays,
-the loop's recording row unless the env keeps rows: rows_step 1, Rows[i]; the feature inputs,
-du) is one row per call (W[0], Rows[0], FO[0],
-DU[0]), not per instance: ~1 kB less memory traffic per instance-step; the vector env keeps no
-recording row per instance on this path. Rows are handed to row_step and reward_of as views
+instances' gap records and rows prefetched (hil/gym/prefetch.py).
+
+The gaps are read in the shared-parameter layout of hil/gaps/compact.py, not through the loop's
+per-instance arenas: the parameter tables every instance shares (sensor, actuator, latency) live
+once per block of rows (SP, in L1 across the block), and instance i brings only its record
+(states, streams, the rows its randomization drew, delay rings); before its step `load_drawn`
+copies its drawn rows into SP. The gap kernels called are the arena's own (delay_apply,
+actuator_apply, sensor_apply) on the same values: bit-identical, and the hot per-instance gap
+data drop from ~96 to ~42 cache lines for bioreactor_gym. This is why the kernel composes the
+loop's stages itself instead of calling row_step (which takes arena buffers): a change of the
+loop's stage sequence must be mirrored in _ROW (tests/hil/gym/test_fused.py compares it with
+the numpy path, which calls row_step, bit for bit). The recording row is written only when
+the env keeps rows (rows_step 1, Rows[i]); nothing reads it otherwise. Scratch (the RK4 work
+arrays, the feature inputs, du) is one row per call (W[0], FO[0], DU[0]), not per instance.
+Rows are handed to the stages and reward_of as views
 without a reference to their owner (prefetch.row_of): a sliced view (X[i]) costs an atomic
 increment and decrement of the owner's reference count (NRT_incref/decref, not inlined), and
 the ~25 views per instance-step cost ~7 % of the step (A/B at load 3-5).
