@@ -11,6 +11,11 @@ most of those lines come from L3 or DRAM, one dependent miss after another. Whil
 lines instance i + 2 d (front and tail, whose addresses are fixed) and instance i + d (ring
 lines, whose addresses depend on the counters fetched d instances earlier) will read.
 
+The fused step now reads the gaps in the shared-parameter layout (hil/gaps/compact.py): the
+parameter tables are shared, so only the instance's record is prefetched, its hot part (states,
+streams, drawn rows: ~42 lines for bioreactor_gym) as one range (CompactGaps.plans) and its
+rings as below; `arena_plan` describes the loop's own arenas (the same ring description).
+
 A prefetch is a hint (x86 `prefetcht0`, no fault on any address): it changes no result, only
 when the data arrive. The plans are built from the template arena's header, which every row of
 the vector env shares (rows are copies of one GapPipeline's buffers, the layout fixed at build).

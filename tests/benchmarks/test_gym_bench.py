@@ -37,3 +37,11 @@ def test_stage_profile_reports_every_stage():
     # bioreactor_gym: observation delays up to 120 s (glucose, constant) -> 128 slots; the coolant's
     # normal actuation delay is bounded only by max_delay_s = 300 s -> 512 slots
     assert res["ring_slots"] == {"actuation": 512, "observation": 128}
+    # the fused step's gaps in the shared-parameter layout (hil/gaps/compact.py): a record per
+    # instance smaller than the loop's two arenas, its hot part a few hundred items, the drawn rows
+    # those bioreactor_gym randomizes (feed_rate's gain, plc_inputs' median, ph and DO sensors)
+    lay, arenas = res["layout"], res["arena_items_per_instance"]
+    assert lay["record_items_per_instance"] < arenas["actuation"] + arenas["sensing"]
+    assert 0 < lay["record_hot_items"] < lay["shared_items_per_block"]
+    assert sorted(map(tuple, lay["drawn_rows"])) == [("actuators", 0), ("observation", 1), ("sensors", 1),
+                                                     ("sensors", 2)]
