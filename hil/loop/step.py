@@ -98,8 +98,8 @@ def correct_stage(x, u_app, dt, c_W, c_lo, c_scale, c_idx, c_incr, x_lo, x_hi, x
     the state check: -1 if a state is not finite, else the number outside [lo - tol, hi + tol]
     (x_out[i] += 1 for each).
 
-    Numba caches this function keyed on this file's time stamp only, not on apply_correction's
-    file: a change of the correction kernel's layout must touch this file too."""
+    Its disk cache is keyed on apply_correction's file too (hil/loop/jitcache.py): an edit of
+    the correction kernel recompiles it."""
     if c_idx.size:
         apply_correction(x, u_app, dt, c_W, c_lo, c_scale, c_idx, c_incr)
     return check_state(x, x_lo, x_hi, x_tol, x_out)
