@@ -252,6 +252,7 @@ class LoopStep:
         self.hooks = None
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
         self._argv: list = []  # its arguments, bound with it
+        self._state = self._state_entry = None  # the same, specialised: a StepState and row_step_state's entry
         self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
         self._staged_for = None  # the plant kernels _staged_pair was chosen for
         self._staged_pair = None
@@ -262,6 +263,7 @@ class LoopStep:
         kernel or `aux` replaced is noticed without it. Arrays are bound at the first
         fused step: replace them before it, or call this."""
         self._entry = None
+        self._state = None
 
     def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
         pl, g, c = self.plant, self.gaps, self.corr
@@ -318,6 +320,9 @@ class LoopStep:
                 self._entry = self._bind(self.kern.row_step, args)
                 self._argv = list(args)
                 self._bound_to = (model.step, model.outputs, self.aux)
+                self._state, self._state_entry = self._bind_state(self.kern, args)
+            elif self._state is not None:  # the bound arrays in one StepState: 4 arguments unboxed
+                status = self._state_entry(self._state, k, wall_ns, late_us)
             else:
                 argv = self._argv  # the bound arrays; only the step and the wall-clock figures change
                 argv[len(self.kern.prefix)] = k
@@ -339,6 +344,21 @@ class LoopStep:
         sig = tuple(typeof(a, Purpose.argument) for a in args)
         cres = kernel.overloads.get(sig)
         return cres.entry_point if cres is not None else None
+
+    @staticmethod
+    def _bind_state(kern, args: tuple):
+        """(StepState of the bound arguments, row_step_state's compiled entry point) for a
+        specialised step (hil/loop/stepstate.py: one object unboxed per call instead of 30
+        arguments; the arrays are referenced, not copied), or (None, None): the generic kernels."""
+        if kern.row_step_state is None or kern.prefix:
+            return None, None
+        from hil.loop.stepstate import StepState
+
+        state = StepState(*args[1:-2])
+        sig = (typeof(state, Purpose.argument), typeof(args[0]), typeof(args[-2]), typeof(args[-1]))
+        kern.row_step_state.compile(sig)
+        cres = kern.row_step_state.overloads.get(sig)
+        return (state, cres.entry_point) if cres is not None else (None, None)
 
     def _staged_kernels(self):
         """(advance, outputs) specialised to the plant (hil/loop/specialize.py), or None: the
