@@ -253,6 +253,7 @@ class LoopStep:
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
         self._argv: list = []  # its arguments, bound with it
         self._state = self._state_entry = None  # the same, specialised: a StepState and row_step_state's entry
+        self._fast = None  # what step() checks and calls on the StepState path (set with _state)
         self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
         self._staged_for = None  # the plant kernels _staged_pair was chosen for
         self._staged_pair = None
@@ -263,7 +264,7 @@ class LoopStep:
         kernel or `aux` replaced is noticed without it. Arrays are bound at the first
         fused step: replace them before it, or call this."""
         self._entry = None
-        self._state = None
+        self._state = self._fast = None
 
     def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
         pl, g, c = self.plant, self.gaps, self.corr
@@ -294,7 +295,7 @@ class LoopStep:
         saved = [(a, a.copy()) for a in (g._act_buf, g._sense_buf, self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas,
                                          self.counts, self.x_out, self.row, self.tp, self.corr[4])]
         hooks, fused = self.hooks, self.fused
-        self._entry = None
+        self._entry = self._fast = None
         try:
             self.hooks = None
             self.step(0)
@@ -309,6 +310,13 @@ class LoopStep:
         """Step k (decide done: u_cmd holds the commands). Returns the state status
         (-1 diverged, else the number of states outside their bounds); row holds the
         recording row. Fused unless hooks are set or the plant's step is Python."""
+        fast = self._fast  # (plant, its step and outputs kernels and aux as bound, entry, state, tp)
+        if fast is not None and self.fused and self.hooks is None:
+            model = fast[0].model
+            if model.step is fast[1] and model.outputs is fast[2] and self.aux is fast[3]:
+                status = fast[4](fast[5], k, wall_ns, late_us)
+                fast[0].t = fast[6][0]
+                return status
         if self.fused and self.hooks is None:
             entry = self._entry
             model = self.plant.model
@@ -321,6 +329,8 @@ class LoopStep:
                 self._argv = list(args)
                 self._bound_to = (model.step, model.outputs, self.aux)
                 self._state, self._state_entry = self._bind_state(self.kern, args)
+                self._fast = None if self._state is None or self._entry is None else \
+                    (self.plant, model.step, model.outputs, self.aux, self._state_entry, self._state, self.tp)
             elif self._state is not None:  # the bound arrays in one StepState: 4 arguments unboxed
                 status = self._state_entry(self._state, k, wall_ns, late_us)
             else:
