@@ -122,9 +122,16 @@ def observe_publishes(proc, cpu: int) -> np.ndarray:
     if others:
         os.sched_setaffinity(0, others)
     name = _find_image(proc.pid, proc)
-    if name is None:
+    image = None
+    deadline = time.monotonic() + 120.0
+    while name is not None and image is None and time.monotonic() < deadline and proc.poll() is None:
+        try:  # the block exists before its creator has written the header: retry until it has
+            image = ProcessImage.attach(name)
+        except ValueError:
+            time.sleep(0.001)
+    if image is None:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
         return np.zeros((0, 3), dtype=np.int64)
-    image = ProcessImage.attach(name)
     h = image.header
     rows = np.zeros((1 << 21, 3), dtype=np.int64)
     n, last, spins = 0, -1, 0
