@@ -310,7 +310,7 @@ class LoopStep:
         """Step k (decide done: u_cmd holds the commands). Returns the state status
         (-1 diverged, else the number of states outside their bounds); row holds the
         recording row. Fused unless hooks are set or the plant's step is Python."""
-        fast = self._fast  # (plant, its step and outputs kernels and aux as bound, entry, state, tp)
+        fast = self._fast  # specialised: (plant, its step and outputs kernels and aux as bound, entry, StepState, tp)
         if fast is not None and self.fused and self.hooks is None:
             model = fast[0].model
             if model.step is fast[1] and model.outputs is fast[2] and self.aux is fast[3]:
@@ -329,11 +329,9 @@ class LoopStep:
                 self._argv = list(args)
                 self._bound_to = (model.step, model.outputs, self.aux)
                 self._state, self._state_entry = self._bind_state(self.kern, args)
-                self._fast = None if self._state is None or self._entry is None else \
+                self._fast = None if self._state is None else \
                     (self.plant, model.step, model.outputs, self.aux, self._state_entry, self._state, self.tp)
-            elif self._state is not None:  # the bound arrays in one StepState: 4 arguments unboxed
-                status = self._state_entry(self._state, k, wall_ns, late_us)
-            else:
+            else:  # no StepState (the generic kernels): the 33 arguments
                 argv = self._argv  # the bound arrays; only the step and the wall-clock figures change
                 argv[len(self.kern.prefix)] = k
                 argv[-2] = wall_ns
