@@ -1,15 +1,21 @@
-"""Loop jitter at 1 kHz, in one run: a naive sleep loop, hil's loop, and cyclictest.
+"""Loop jitter at a rate (1 kHz by default), in one run: a naive sleep loop, hil's loop, and cyclictest.
 
-    python benchmarks/loop_jitter.py [--duration S] [--priority P] [--cpu C]
+    python benchmarks/loop_jitter.py [--rate HZ] [--duration S] [--priority P] [--cpu C]
+
+Issue 19's goals (bioreactor, FIFO 80, pinned): `--rate 10000` 0 overruns per 10k steps,
+`--rate 20000` <= 5 per 10k. Per contender: lateness percentiles, a lateness histogram
+(`lateness_histogram`: counts per bin of LATENESS_BINS_US) and the cycles later than one
+period per 10k (`over_period_per_10k`; hil's own overrun count, a skipped deadline, is
+`hil_overruns_per_10k`).
 
 - naive: `time.sleep(period)` after each bioreactor step (the straightforward loop). Its
   lateness is measured against the grid it means to keep (t0 + k*period), so drift counts;
   `naive_interval_error` gives the per-cycle view (wake - previous wake - period) too.
-- hil: `hil run configs/bioreactor.toml` at 1 kHz (1 s plant step, time_scale 1000) with
+- hil: `hil run configs/bioreactor.toml` at the rate (1 s plant step, time_scale = rate) with
   recording on, at SCHED_FIFO `--priority` (if permitted) pinned to `--cpu`, as a
   subprocess, exactly as a user runs it.
 - cyclictest (rt-tests): the OS timer floor at the same priority and CPU: one thread,
-  clock_nanosleep on absolute deadlines, mlockall, interval 1000 us.
+  clock_nanosleep on absolute deadlines, mlockall, interval 1e6 / rate us.
 - deadline -> image: what a PLC reading the image experiences. The wake-up lateness above
   is measured after the spin, before the step's work; the outputs become visible only once
   the loop has read its inputs, stepped the plant and gaps and written the image. `publish`
@@ -42,6 +48,21 @@ sys.path.insert(0, str(ROOT))
 
 from hil.loop import rt  # noqa: E402
 from hil.loop.stats import LatencyHistogram  # noqa: E402
+
+
+LATENESS_BINS_US = (0, 5, 10, 20, 50, 100, 200, 500, 1000)  # bin i: [b_i, b_i+1) us; the last is open
+
+
+def lateness_histogram(lateness_us: np.ndarray) -> dict:
+    """Counts of lateness (us) per bin of LATENESS_BINS_US, keyed "lo-hi" (the last "lo+")."""
+    edges = np.array(LATENESS_BINS_US + (np.inf,), dtype=np.float64)
+    counts, _ = np.histogram(np.asarray(lateness_us, dtype=np.float64), bins=edges)
+    keys = [f"{a}-{b}" for a, b in zip(LATENESS_BINS_US[:-1], LATENESS_BINS_US[1:])] + [f"{LATENESS_BINS_US[-1]}+"]
+    return dict(zip(keys, (int(c) for c in counts)))
+
+
+def per_10k(count: int, cycles: int) -> float:
+    return round(count * 10_000 / max(cycles, 1), 3)
 
 
 def summarize(h: LatencyHistogram) -> dict:
@@ -101,9 +122,16 @@ def observe_publishes(proc, cpu: int) -> np.ndarray:
     if others:
         os.sched_setaffinity(0, others)
     name = _find_image(proc.pid, proc)
-    if name is None:
+    image = None
+    deadline = time.monotonic() + 120.0
+    while name is not None and image is None and time.monotonic() < deadline and proc.poll() is None:
+        try:  # the block exists before its creator has written the header: retry until it has
+            image = ProcessImage.attach(name)
+        except ValueError:
+            time.sleep(0.001)
+    if image is None:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
         return np.zeros((0, 3), dtype=np.int64)
-    image = ProcessImage.attach(name)
     h = image.header
     rows = np.zeros((1 << 21, 3), dtype=np.int64)
     n, last, spins = 0, -1, 0
@@ -133,9 +161,7 @@ def publish_latency(record_dir: str, seen: np.ndarray) -> dict:
     step's plant, gaps and image write) and `visible` (when a spinning reader saw the new step).
     Deadline of recorded step k = wall_ns - lateness (both taken as the step started); the image
     carries step k + 1 once step k is published."""
-    import pandas as pd
-
-    df = pd.read_parquet(record_dir, columns=["step", "wall_ns", "lateness_us"])
+    df = _recording(record_dir)
     deadline = df["wall_ns"].to_numpy(np.float64) - df["lateness_us"].to_numpy(np.float64) * 1e3
     by_step = dict(zip(df["step"].astype(np.int64).to_numpy() + 1, deadline))
     pub, vis = LatencyHistogram(), LatencyHistogram()
@@ -149,10 +175,17 @@ def publish_latency(record_dir: str, seen: np.ndarray) -> dict:
             "steps_recorded": int(len(df))}
 
 
-def hil_loop(duration_s: float, priority: int, cpu: int, record_dir: str) -> dict:
+def _recording(record_dir: str):
+    import pandas as pd
+
+    return pd.read_parquet(record_dir, columns=["step", "wall_ns", "lateness_us"])
+
+
+def hil_loop(duration_s: float, priority: int, cpu: int, record_dir: str, rate_hz: float = 1000.0) -> dict:
+    """`hil run` of the bioreactor (1 s plant step) at time_scale = rate_hz: one step per 1 / rate_hz s."""
     cmd = [sys.executable, "-m", "hil.cli", "run", str(ROOT / "configs/bioreactor.toml"), "--json", "--quiet",
-           "--duration", str(duration_s * 1000.0), "--record", record_dir,
-           "--set", "loop.time_scale=1000.0", "--set", f"loop.priority={priority}", "--set", f"loop.cpu={cpu}"]
+           "--duration", str(duration_s * rate_hz), "--record", record_dir,
+           "--set", f"loop.time_scale={rate_hz}", "--set", f"loop.priority={priority}", "--set", f"loop.cpu={cpu}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         seen = observe_publishes(proc, cpu)
@@ -164,7 +197,11 @@ def hil_loop(duration_s: float, priority: int, cpu: int, record_dir: str) -> dic
         raise RuntimeError(f"hil run failed: {stderr[-2000:]}")
     summary = json.loads(stdout.strip().splitlines()[-1])
     lat = summary["lateness_us"]
+    late = _recording(record_dir)["lateness_us"].to_numpy(np.float64)  # every recorded step (decimate 1)
+    period_us = 1e6 / rate_hz
     return {
+        "lateness_histogram": lateness_histogram(late), "recorded_steps": int(late.size),
+        "over_period_per_10k": per_10k(int((late >= period_us).sum()), int(late.size)),
         "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p999"], "max_us": lat["max"], "n": lat["n"],
         "overruns": summary["overruns"], "late_steps": summary["late_steps"],
         "spin_cpu_fraction": summary["spin_cpu_fraction"], "dropped_rows": summary["dropped_rows"],
@@ -173,12 +210,13 @@ def hil_loop(duration_s: float, priority: int, cpu: int, record_dir: str) -> dic
     }
 
 
-def cyclictest(duration_s: float, priority: int, cpu: int) -> dict:
+def cyclictest(duration_s: float, priority: int, cpu: int, rate_hz: float = 1000.0) -> dict:
     exe = shutil.which("cyclictest")
     if exe is None:
         return {"error": "cyclictest not installed (Debian package rt-tests)"}
-    loops = int(duration_s * 1000)
-    cmd = [exe, "-m", "-q", "-i", "1000", "-l", str(loops), "-h", "20000"]
+    loops = int(duration_s * rate_hz)
+    interval_us = max(1, int(round(1e6 / rate_hz)))
+    cmd = [exe, "-m", "-q", "-i", str(interval_us), "-l", str(loops), "-h", "20000"]
     cmd += ["-p", str(priority)] if priority > 0 else ["--policy", "other"]
     if cpu >= 0:
         cmd += ["-a", str(cpu)]
@@ -204,28 +242,40 @@ def cyclictest(duration_s: float, priority: int, cpu: int) -> dict:
         idx = int(np.searchsorted(cum, rank))
         return float(idx) if idx <= 20000 else float(max_us or 20000)
 
+    us = np.arange(counts.size, dtype=np.float64)
+    hist = lateness_histogram(np.repeat(us, counts))
+    hist[f"{LATENESS_BINS_US[-1]}+"] += overflow  # beyond the 20 ms histogram: late by more than 1 ms too
+    over = int(counts[interval_us:].sum()) + overflow
     return {"p50_us": pct(50), "p99_us": pct(99), "p999_us": pct(99.9), "max_us": max_us, "n": n,
-            "resolution_us": 1.0}
+            "resolution_us": 1.0, "interval_us": interval_us, "lateness_histogram": hist,
+            "over_period_per_10k": per_10k(over, n)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=1000.0, help="loop rate in Hz (issue 19: 10000 and 20000)")
     ap.add_argument("--duration", type=float, default=10.0, help="wall seconds per contender")
     ap.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority for all three (0 = normal)")
     ap.add_argument("--cpu", type=int, default=1 if (os.cpu_count() or 1) > 1 else 0, help="CPU for all three")
     args = ap.parse_args()
-    period_s = 1e-3
-    print(f"1 kHz, {args.duration:g} s each, priority {args.priority}, cpu {args.cpu}", file=sys.stderr)
+    if not (1.0 <= args.rate <= 100_000.0):
+        raise SystemExit(f"--rate: {args.rate:g} Hz is outside 1..100000")
+    period_s = 1.0 / args.rate
+    print(f"{args.rate:g} Hz, {args.duration:g} s each, priority {args.priority}, cpu {args.cpu}, "
+          f"load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    load_before = os.getloadavg()
     naive = naive_loop(args.duration, period_s, args.priority, args.cpu)
     print(f"naive   p99 {naive['p99_us']:.1f} us (drift {naive['drift_ms']:.1f} ms)", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        hil = hil_loop(args.duration, args.priority, args.cpu, os.path.join(tmp, "rec"))
+        hil = hil_loop(args.duration, args.priority, args.cpu, os.path.join(tmp, "rec"), args.rate)
     pub = hil["deadline_to_image"]["publish"]
     vis = hil["deadline_to_image"]["visible_to_reader"]
-    print(f"hil     wake-up p99 {hil['p99_us']:.1f} us, overruns {hil['overruns']}", file=sys.stderr)
+    print(f"hil     wake-up p99 {hil['p99_us']:.1f} us, overruns {hil['overruns']} "
+          f"({per_10k(hil['overruns'], hil['n']):g} per 10k), late by a period or more "
+          f"{hil['over_period_per_10k']:g} per 10k", file=sys.stderr)
     print(f"hil     deadline -> published p50 {pub['p50_us']:.1f} p99 {pub['p99_us']:.1f} "
           f"p99.9 {pub['p999_us']:.1f} us; seen by a reader p99 {vis['p99_us']:.1f} us", file=sys.stderr)
-    ct = cyclictest(args.duration, args.priority, args.cpu)
+    ct = cyclictest(args.duration, args.priority, args.cpu, args.rate)
     print(f"cyclict p99 {ct.get('p99_us')} us", file=sys.stderr)
     ratio = hil["p99_us"] / ct["p99_us"] if ct.get("p99_us") else None
 
@@ -234,7 +284,9 @@ def main() -> None:
     cycles = max(hil["n"], 1)
     result = {
         "benchmark": "loop_jitter",
-        "rate_hz": 1000,
+        "rate_hz": args.rate,
+        "load_average": {"before": [round(v, 2) for v in load_before], "after": [round(v, 2) for v in os.getloadavg()],
+                         "cpus": os.cpu_count()},
         "duration_s_each": args.duration,
         "priority": args.priority,
         "cpu": args.cpu,
@@ -242,7 +294,11 @@ def main() -> None:
         "hil": hil,
         "cyclictest": ct,
         "hil_overruns": hil["overruns"],
-        "hil_overruns_per_10k": round(hil["overruns"] * 10_000 / cycles, 3),
+        "hil_overruns_per_10k": per_10k(hil["overruns"], cycles),
+        "hil_over_period_per_10k": hil["over_period_per_10k"],
+        "cyclictest_over_period_per_10k": ct.get("over_period_per_10k"),
+        "goal_overruns_per_10k": (goal := {10000.0: 0.0, 20000.0: 5.0}.get(float(args.rate))),
+        "goal_met": None if goal is None else per_10k(hil["overruns"], cycles) <= goal,
         "ratio_p99_vs_cyclictest": None if ratio is None else round(ratio, 4),
         "hil_p999_le_cyclictest_p999": (hil["p999_us"] <= ct["p999_us"]) if ct.get("p999_us") is not None else None,
         "spin_cpu_fraction": hil["spin_cpu_fraction"],

@@ -42,6 +42,8 @@ _BATCH_ARGS = ("run, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Y, Ymeas, W, aux, Aac
 _ROW_CALL = ("K[i], Tp[i:i + 1], X[i], Z[i], D[i], P[i], Ucmd[i], Uclip[i], Uapp[i], Y[i], Ymeas[i], W[i], aux, "
              "Aact[i], Asen[i], counts[i], u_lo, u_hi, x_lo, x_hi, x_tol, Xout[i], c_W, c_lo, c_scale, c_idx, "
              "C_incr[i], Rows[i], step_s, dt, n_sub, 0, 0.0")
+# row_step's arguments from a StepState (its fields: hil/loop/stepstate.py FIELDS, _ROW_ARGS' order)
+_STATE_CALL = "k, " + ", ".join(f"s.{n.strip()}" for n in _ROW_ARGS.split(",")[1:-2]) + ", wall_ns, late_us"
 _ADVANCE = {"ode": "plant_step(tp[0], x, u_app, p, dt, n_sub, W)",
             "step": "plant_step(tp[0], x, z, d, u_app, p, dt, n_sub, *aux)"}
 _OUTPUTS = {"ode": "plant_outputs(x, u_app, p, y)", "step": "plant_outputs(x, z, d, u_app, p, y, *aux)"}
@@ -69,6 +71,12 @@ def row_step({row_args}):
         sense_stage(sense_buf, t_end, y, y_meas)
     record_stage(row, k, t_end, wall_ns, late_us, u_cmd, u_app, x, y, y_meas, z, d)
     return status
+
+
+@njit(cache=True, nogil=True)
+def row_step_state(s, k, wall_ns, late_us):
+    """row_step over a hil.loop.stepstate.StepState: one argument unboxed instead of 30."""
+    return row_step({state_call})
 
 
 @njit(cache=True, nogil=True)
@@ -110,6 +118,7 @@ class FusedKernels:
     cached: bool  # specialised (Numba caches it) or the generic kernels (compiled per process)
     advance: object = None  # specialised only: the plant step and outputs for the staged path,
     outputs: object = None  # (t, x, z, d, u, p, dt, n_sub, W, aux) and (x, z, d, u, p, y, aux)
+    row_step_state: object = None  # specialised only: row_step over a StepState (hil/loop/stepstate.py)
 
 
 def cache_dir() -> Path:
@@ -167,7 +176,7 @@ def source_for(step_fn, outputs_fn, form: str) -> str | None:
     return _TEMPLATE.format(sources=sources_digest(a[0], b[0]), step_ref=".".join(a), outputs_ref=".".join(b), form=form, step_mod=a[0], step_name=a[1],
                             outputs_mod=b[0], outputs_name=b[1], row_args=_ROW_ARGS, batch_args=_BATCH_ARGS,
                             row_call=_ROW_CALL, advance=_ADVANCE[form], outputs=_OUTPUTS[form],
-                            advance_t=_ADVANCE[form].replace("tp[0]", "t"))
+                            advance_t=_ADVANCE[form].replace("tp[0]", "t"), state_call=_STATE_CALL)
 
 
 _LOADED: dict[tuple, FusedKernels] = {}
@@ -205,7 +214,7 @@ def specialised(model) -> FusedKernels | None:
             sys.modules[spec.name] = module  # Numba names its functions' module (and finds it again) by it
             spec.loader.exec_module(module)
             kern = FusedKernels(module.row_step, module.batch_step, module.batch_step_serial, (), True,
-                                module.advance, module.outputs)
+                                module.advance, module.outputs, module.row_step_state)
         except OSError as exc:  # a read-only home: compile per process, as before
             log.debug("loop step for %s not specialised (%s): compiled per process", stem, exc)
     _LOADED[key] = kern

@@ -98,8 +98,8 @@ def correct_stage(x, u_app, dt, c_W, c_lo, c_scale, c_idx, c_incr, x_lo, x_hi, x
     the state check: -1 if a state is not finite, else the number outside [lo - tol, hi + tol]
     (x_out[i] += 1 for each).
 
-    Numba caches this function keyed on this file's time stamp only, not on apply_correction's
-    file: a change of the correction kernel's layout must touch this file too."""
+    Its disk cache is keyed on apply_correction's file too (hil/loop/jitcache.py): an edit of
+    the correction kernel recompiles it."""
     if c_idx.size:
         apply_correction(x, u_app, dt, c_W, c_lo, c_scale, c_idx, c_incr)
     return check_state(x, x_lo, x_hi, x_tol, x_out)
@@ -252,6 +252,8 @@ class LoopStep:
         self.hooks = None
         self._entry = None  # row_step's compiled entry point for this instance's arrays (rebind)
         self._argv: list = []  # its arguments, bound with it
+        self._state = self._state_entry = None  # the same, specialised: a StepState and row_step_state's entry
+        self._fast = None  # what step() checks and calls on the StepState path (set with _state)
         self._bound_to = (None, None, None)  # the plant kernels and aux it was bound with
         self._staged_for = None  # the plant kernels _staged_pair was chosen for
         self._staged_pair = None
@@ -262,6 +264,7 @@ class LoopStep:
         kernel or `aux` replaced is noticed without it. Arrays are bound at the first
         fused step: replace them before it, or call this."""
         self._entry = None
+        self._state = self._fast = None
 
     def _fused_args(self, k: int, wall_ns: int, late_us: float) -> tuple:
         pl, g, c = self.plant, self.gaps, self.corr
@@ -292,7 +295,7 @@ class LoopStep:
         saved = [(a, a.copy()) for a in (g._act_buf, g._sense_buf, self.u_cmd, self.u_clip, pl.u, pl.y, self.y_meas,
                                          self.counts, self.x_out, self.row, self.tp, self.corr[4])]
         hooks, fused = self.hooks, self.fused
-        self._entry = None
+        self._entry = self._fast = None
         try:
             self.hooks = None
             self.step(0)
@@ -307,6 +310,13 @@ class LoopStep:
         """Step k (decide done: u_cmd holds the commands). Returns the state status
         (-1 diverged, else the number of states outside their bounds); row holds the
         recording row. Fused unless hooks are set or the plant's step is Python."""
+        fast = self._fast  # specialised: (plant, its step and outputs kernels and aux as bound, entry, StepState, tp)
+        if fast is not None and self.fused and self.hooks is None:
+            model = fast[0].model
+            if model.step is fast[1] and model.outputs is fast[2] and self.aux is fast[3]:
+                status = fast[4](fast[5], k, wall_ns, late_us)
+                fast[0].t = fast[6][0]
+                return status
         if self.fused and self.hooks is None:
             entry = self._entry
             model = self.plant.model
@@ -318,7 +328,10 @@ class LoopStep:
                 self._entry = self._bind(self.kern.row_step, args)
                 self._argv = list(args)
                 self._bound_to = (model.step, model.outputs, self.aux)
-            else:
+                self._state, self._state_entry = self._bind_state(self.kern, args)
+                self._fast = None if self._state is None else \
+                    (self.plant, model.step, model.outputs, self.aux, self._state_entry, self._state, self.tp)
+            else:  # no StepState (the generic kernels): the 33 arguments
                 argv = self._argv  # the bound arrays; only the step and the wall-clock figures change
                 argv[len(self.kern.prefix)] = k
                 argv[-2] = wall_ns
@@ -339,6 +352,21 @@ class LoopStep:
         sig = tuple(typeof(a, Purpose.argument) for a in args)
         cres = kernel.overloads.get(sig)
         return cres.entry_point if cres is not None else None
+
+    @staticmethod
+    def _bind_state(kern, args: tuple):
+        """(StepState of the bound arguments, row_step_state's compiled entry point) for a
+        specialised step (hil/loop/stepstate.py: one object unboxed per call instead of 30
+        arguments; the arrays are referenced, not copied), or (None, None): the generic kernels."""
+        if kern.row_step_state is None or kern.prefix:
+            return None, None
+        from hil.loop.stepstate import StepState
+
+        state = StepState(*args[1:-2])
+        sig = (typeof(state, Purpose.argument), typeof(args[0]), typeof(args[-2]), typeof(args[-1]))
+        kern.row_step_state.compile(sig)
+        cres = kern.row_step_state.overloads.get(sig)
+        return (state, cres.entry_point) if cres is not None else (None, None)
 
     def _staged_kernels(self):
         """(advance, outputs) specialised to the plant (hil/loop/specialize.py), or None: the
