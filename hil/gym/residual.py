@@ -43,10 +43,15 @@ class ResidualActions:
 
     def __init__(self, venv, scale: float | np.ndarray = 0.1):
         sc = venv.model.scenario
-        if sc.safety is None or not sc.safety.fallback.loops and not sc.safety.fallback.fixed:
+        if sc.safety is None:
             raise ValueError(f"scenario {sc.name!r}: residual actions need a baseline controller "
-                             "([safety.fallback] with loops or fixed values)")
-        scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), (len(venv.action_names),)).copy()
+                             "([safety.fallback]), and it has no [safety] section")
+        n_a = len(venv.action_names)
+        scale = np.asarray(scale, dtype=np.float64)
+        if scale.ndim > 1 or scale.size not in (1, n_a):
+            raise ValueError(f"scale: one value or one per action ({n_a}: {', '.join(venv.action_names)}), "
+                             f"got shape {scale.shape}")
+        scale = np.broadcast_to(scale.reshape(-1), (n_a,)).copy()
         if not (np.isfinite(scale).all() and (scale > 0).all()):
             raise ValueError(f"scale: the largest correction as a fraction of each input's span must be > 0 "
                              f"and finite, got {scale.tolist()}")
