@@ -7,9 +7,15 @@ to the command of the baseline controller ([safety.fallback], the SoftPLC's PID 
   `hil.gym.train_example.baseline_actions_fn` executes it for the baseline's own evaluation:
   on the measured outputs (NaN where Bad: the loop holds) and the applied inputs the bus
   carried, `dt` = 0 at an episode's first decision (the output at the current error) and
-  loop.step_s after. Its state is its own: the correction is NOT tracked into its integral,
-  so the baseline's command is the one the PID alone would give on the same measurements
-  (the policy adds an offset to it; it does not steer the PID's memory).
+  loop.step_s after.
+- `track` (default True): after each step the baseline tracks the action decided
+  (`FallbackController.track`, bumpless, as the HIL safety wrapper's baseline tracks what
+  acted): the PID continues from the action, so a correction moves its integral and the
+  command is "the last action + the PID's increment + the correction". This is what gives a
+  memoryless policy authority over the steady state: with `track=False` the PID's integral
+  cancels any correction that is a function of the observation at steady state (e = 0 is
+  its only equilibrium), so the policy can only reshape transients; here it can hold the
+  true pH off the biased sensor's setpoint, or trade DO against agitation power.
 - `correction` in [-1, 1] per action (the policy's output space), `scale` the largest
   correction as a fraction of each input's span (the physical bounds hi - lo of the spec).
 - `lo, hi`: the physical bounds narrowed to [safety.projection].box.
@@ -41,7 +47,7 @@ def residual_box(scenario, names: list[str], a_lo: np.ndarray, a_hi: np.ndarray)
 class ResidualActions:
     """Baseline + bounded correction for every instance of a HilVectorEnv (module docstring)."""
 
-    def __init__(self, venv, scale: float | np.ndarray = 0.1):
+    def __init__(self, venv, scale: float | np.ndarray = 0.02, track: bool = True):
         sc = venv.model.scenario
         if sc.safety is None:
             raise ValueError(f"scenario {sc.name!r}: residual actions need a baseline controller "
@@ -62,6 +68,7 @@ class ResidualActions:
         self.step_s = float(m.step_s)
         self.amplitude = scale * (m.a_hi - m.a_lo)  # plant units of a correction of 1
         self.scale = scale
+        self.track = bool(track)
         self.ctrls: list = [None] * venv.num_envs
         self.first = np.ones(venv.num_envs, dtype=bool)
         self.reset_rows(np.arange(venv.num_envs))
@@ -89,14 +96,19 @@ class ResidualActions:
         """Actions (N, a) for corrections (N, a) in [-1, 1] (clipped there; non-finite: 0)."""
         corr = np.asarray(correction, dtype=np.float64).reshape(self.venv.num_envs, len(self.names))
         corr = np.clip(np.nan_to_num(corr, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
-        return np.clip(self.baseline() + self.amplitude * corr, self.lo, self.hi)
+        a = np.clip(self.baseline() + self.amplitude * corr, self.lo, self.hi)
+        if self.track:
+            v = self.venv
+            for i, c in enumerate(self.ctrls):
+                c.track(a[i], v.Ymeas[i], v.Uapp[i])
+        return a
 
 
-def residual_act_fn(venv, scale, correction_fn):
+def residual_act_fn(venv, scale, correction_fn, track: bool = True):
     """act_fn(obs) -> actions for `rollout_returns`/`heldout_evaluation`: the baseline of
     `venv` plus `correction_fn(obs)` (N, a) in [-1, 1]. The controllers start fresh (the
     evaluation resets every instance once, at its start)."""
-    res = ResidualActions(venv, scale)
+    res = ResidualActions(venv, scale, track)
 
     def act(obs):
         return res.actions(correction_fn(obs))
@@ -104,10 +116,10 @@ def residual_act_fn(venv, scale, correction_fn):
     return act
 
 
-def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.1, parallel: bool | None = None,
-                          overrides: dict | None = None, **kwargs):
+def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.02, track: bool = True,
+                          parallel: bool | None = None, overrides: dict | None = None, **kwargs):
     """`hil.gym.make_vec(...)` as an SB3 VecEnv whose actions are corrections in [-1, 1] to the
-    scenario's baseline (same arguments as hil.gym.sb3.make_sb3_vec, plus `scale`)."""
+    scenario's baseline (same arguments as hil.gym.sb3.make_sb3_vec, plus `scale`, `track`)."""
     from hil.gym import make_vec
     from hil.gym.sb3 import HilSB3VecEnv
     from gymnasium import spaces
@@ -115,9 +127,9 @@ def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.
     class ResidualSB3VecEnv(HilSB3VecEnv):
         """HilSB3VecEnv with the correction as its action (see hil.gym.residual)."""
 
-        def __init__(self, venv, scale):
+        def __init__(self, venv, scale, track):
             super().__init__(venv)
-            self.residual = ResidualActions(venv, scale)
+            self.residual = ResidualActions(venv, scale, track)
             a = len(venv.action_names)
             self.action_space = spaces.Box(-1.0, 1.0, shape=(a,), dtype=np.float32)
 
@@ -135,4 +147,4 @@ def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.
                 self.residual.reset_rows(np.flatnonzero(dones))
             return obs, reward, dones, infos
 
-    return ResidualSB3VecEnv(make_vec(path, num_envs, parallel=parallel, overrides=overrides, **kwargs), scale)
+    return ResidualSB3VecEnv(make_vec(path, num_envs, parallel=parallel, overrides=overrides, **kwargs), scale, track)

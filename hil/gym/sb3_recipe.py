@@ -8,9 +8,11 @@ same held-out evaluation as hil.gym.train_example (needs the `rl` extra).
 The recipe, as an RL engineer would set it up to beat a tuned PID:
 - residual RL on the baseline (hil/gym/residual.py): the action is the command of the
   scenario's [safety.fallback] PID block plus a correction in [-1, 1] x `--scale` of each
-  input's span; the policy's last layer is zero-initialised, so the deterministic policy
+  input's span, the PID tracking the action decided (bumpless, as the HIL wrapper's
+  baseline does; `--no-track`: it ignores the correction, which then cannot move the
+  steady state); the policy's last layer is zero-initialised, so the deterministic policy
   starts AT the baseline (its held-out return is the baseline's, exactly), and its initial
-  log std is small (`--log-std`: exploration of a few % of the span around the PID);
+  log std is small (`--log-std`);
 - VecNormalize on observations and rewards (the bus values span six orders of magnitude:
   base flow in L/h, DO in %); gamma 0.99 (a horizon of ~100 s of a 1 s loop, the DO and pH
   loops' time scale), GAE lambda 0.95, episodes of [gym].episode_s (1800 s);
@@ -39,7 +41,7 @@ import numpy as np
 VALIDATION_SEED = 20_000_000  # model selection while training: never the held-out seeds
 
 
-def _residual_policy_act(model, vecnorm, scale):
+def _residual_policy_act(model, vecnorm, scale, track):
     """make_act(venv) for heldout_evaluation: the model's deterministic correction on the
     normalized observation, added to the venv's baseline (hil.gym.residual)."""
     from hil.gym.residual import residual_act_fn
@@ -48,13 +50,13 @@ def _residual_policy_act(model, vecnorm, scale):
         def corr(obs):
             a, _ = model.predict(vecnorm.normalize_obs(obs), deterministic=True)
             return a
-        return residual_act_fn(venv, scale, corr)
+        return residual_act_fn(venv, scale, corr, track)
     return make
 
 
 def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: float = 1500.0, n_envs: int = 16,
-          n_steps: int = 256, batch_size: int = 1024, n_epochs: int = 5, lr: float = 1e-4, gamma: float = 0.99,
-          gae_lambda: float = 0.95, scale: float = 0.1, log_std: float = -1.5, episode_s: float | None = None,
+          n_steps: int = 256, batch_size: int = 1024, n_epochs: int = 5, lr: float = 3e-4, gamma: float = 0.99,
+          gae_lambda: float = 0.95, scale: float = 0.02, track: bool = True, log_std: float = -1.5, episode_s: float | None = None,
           eval_every: int = 100_000, eval_episodes: int = 8, threads: int = 1, seed: int = 0, log=print) -> dict:
     """Train, select, evaluate (module docstring). Returns the JSON record."""
     import torch
@@ -78,7 +80,7 @@ def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: floa
     over = {} if episode_s is None else {"episode_s": float(episode_s)}
     load0 = os.getloadavg()
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    venv = VecNormalize(make_residual_sb3_vec(config, n_envs, scale=scale, **over), norm_obs=True,
+    venv = VecNormalize(make_residual_sb3_vec(config, n_envs, scale=scale, track=track, **over), norm_obs=True,
                         norm_reward=True, gamma=gamma, clip_obs=10.0)
     venv.seed(seed)
     model = PPO("MlpPolicy", venv, n_steps=n_steps, batch_size=min(batch_size, n_steps * n_envs), n_epochs=n_epochs,
@@ -94,7 +96,7 @@ def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: floa
 
     def validate(steps: int) -> None:
         venv.training = False
-        ev = heldout_evaluation(config, _residual_policy_act(model, venv, scale), episodes=eval_episodes,
+        ev = heldout_evaluation(config, _residual_policy_act(model, venv, scale, track), episodes=eval_episodes,
                                 episode_s=episode_s, seed0=VALIDATION_SEED, baseline=False)
         venv.training = True
         r = ev["policy"]["mean"]
@@ -135,7 +137,7 @@ def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: floa
         model.save(outp / "ppo_best.zip")
         venv.save(str(outp / "vecnormalize_best.pkl"))
     venv.training = False
-    ev = heldout_evaluation(config, _residual_policy_act(model, venv, scale), episodes=8, episode_s=episode_s)
+    ev = heldout_evaluation(config, _residual_policy_act(model, venv, scale, track), episodes=8, episode_s=episode_s)
     rec = {"algorithm": "PPO, residual on [safety.fallback]", "config": str(config),
            "policy_return": round(ev["policy"]["mean"], 3), "baseline_return": round(ev["baseline"]["mean"], 3),
            "beats_baseline": bool(ev["policy"]["mean"] > ev["baseline"]["mean"]),
@@ -147,7 +149,7 @@ def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: floa
            "wall_s": round(train_wall, 1), "cpu_s": round(train_cpu, 1),
            "load_avg_1min": {"start": round(load0[0], 2), "end": round(load1[0], 2)},
            "hyper": {"n_envs": n_envs, "n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs, "lr": lr,
-                     "gamma": gamma, "gae_lambda": gae_lambda, "scale": scale, "log_std_init": log_std,
+                     "gamma": gamma, "gae_lambda": gae_lambda, "scale": scale, "track": track, "log_std_init": log_std,
                      "net_arch": [64, 64], "eval_every": eval_every, "timesteps": timesteps,
                      "max_wall_s": max_wall_s, "threads": threads, "seed": seed},
            "validation": history, "model": str(outp / "ppo_best.zip"),
@@ -166,9 +168,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n-steps", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--n-epochs", type=int, default=5)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--gamma", type=float, default=0.99)
-    ap.add_argument("--scale", type=float, default=0.1, help="largest correction, fraction of each input's span")
+    ap.add_argument("--scale", type=float, default=0.02, help="largest correction, fraction of each input's span")
+    ap.add_argument("--no-track", action="store_true", help="the baseline PID ignores the correction (see residual.py)")
     ap.add_argument("--log-std", type=float, default=-1.5, help="initial log std of the correction")
     ap.add_argument("--episode-s", type=float, default=None, help="override [gym].episode_s")
     ap.add_argument("--eval-every", type=int, default=100_000, help="validation period in steps (0: no selection)")
@@ -177,7 +180,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rec = train(args.config, out=args.out, timesteps=args.timesteps, max_wall_s=args.max_wall_s, n_envs=args.n_envs,
                 n_steps=args.n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs, lr=args.lr,
-                gamma=args.gamma, scale=args.scale, log_std=args.log_std, episode_s=args.episode_s,
+                gamma=args.gamma, scale=args.scale, track=not args.no_track, log_std=args.log_std, episode_s=args.episode_s,
                 eval_every=args.eval_every, threads=args.threads, seed=args.seed,
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     print(json.dumps(rec))

@@ -129,3 +129,24 @@ def test_sb3_recipe_smoke(tmp_path):
         assert (tmp_path / f).is_file()
     with pytest.raises(ValueError, match="n_envs"):
         sb3_recipe.train(str(CONFIG), out=str(tmp_path), n_envs=0)
+
+
+def test_track_carries_a_correction_into_the_pid():
+    """track=True: the PID continues from the corrected action (its integral takes the
+    correction, as the HIL wrapper's baseline tracks what acted); track=False: the PID's
+    command ignores it. Two decisions on the same observation (no plant step between: the
+    same error, so the second PID command differs from the first only by the integration)."""
+    v = hil.gym.make_vec(CONFIG, 1, episode_s=60.0)
+    v.reset(seed=5)
+    ia = v.action_names.index("agitation_power")
+    kick = np.zeros((1, 2))
+    kick[0, ia] = 1.0
+    out = {}
+    for track in (True, False):
+        res = ResidualActions(v, 0.01, track=track)
+        first = res.actions(kick)
+        second = res.actions(np.zeros((1, 2)))
+        out[track] = (first, second)
+    amp = 0.01 * (v.model.a_hi - v.model.a_lo)[ia]
+    assert np.array_equal(out[True][0], out[False][0])  # the first decision: same PID, same kick
+    assert out[True][1][0, ia] - out[False][1][0, ia] == pytest.approx(amp, rel=1e-9)
