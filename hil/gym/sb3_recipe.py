@@ -151,7 +151,7 @@ def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: floa
            "load_avg_1min": {"start": round(load0[0], 2), "end": round(load1[0], 2)},
            "hyper": {"n_envs": n_envs, "n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs, "lr": lr,
                      "gamma": gamma, "gae_lambda": gae_lambda, "scale": scale, "track": track, "log_std_init": log_std,
-                     "net_arch": [64, 64], "eval_every": eval_every, "timesteps": timesteps,
+                     "net_arch": [64, 64], "eval_every": eval_every, "eval_episodes": eval_episodes, "timesteps": timesteps,
                      "max_wall_s": max_wall_s, "threads": threads, "seed": seed},
            "validation": history, "model": str(outp / "ppo_best.zip"),
            "vecnormalize": str(outp / "vecnormalize_best.pkl")}
@@ -176,13 +176,14 @@ def main(argv=None) -> int:
     ap.add_argument("--log-std", type=float, default=-1.5, help="initial log std of the correction")
     ap.add_argument("--episode-s", type=float, default=None, help="override [gym].episode_s")
     ap.add_argument("--eval-every", type=int, default=50_000, help="validation period in steps (0: no selection)")
+    ap.add_argument("--eval-episodes", type=int, default=8, help="validation episodes per selection point")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rec = train(args.config, out=args.out, timesteps=args.timesteps, max_wall_s=args.max_wall_s, n_envs=args.n_envs,
                 n_steps=args.n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs, lr=args.lr,
                 gamma=args.gamma, scale=args.scale, track=args.track, log_std=args.log_std, episode_s=args.episode_s,
-                eval_every=args.eval_every, threads=args.threads, seed=args.seed,
+                eval_every=args.eval_every, eval_episodes=args.eval_episodes, threads=args.threads, seed=args.seed,
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     print(json.dumps(rec))
     return 0
