@@ -8,7 +8,7 @@ to the command of the baseline controller ([safety.fallback], the SoftPLC's PID 
   on the measured outputs (NaN where Bad: the loop holds) and the applied inputs the bus
   carried, `dt` = 0 at an episode's first decision (the output at the current error) and
   loop.step_s after.
-- `track` (default True): after each step the baseline tracks the action decided
+- `track` (default False): after each step the baseline tracks the action decided
   (`FallbackController.track`, bumpless, as the HIL safety wrapper's baseline tracks what
   acted): the PID continues from the action, so a correction moves its integral and the
   command is "the last action + the PID's increment + the correction". This is what gives a
@@ -16,6 +16,8 @@ to the command of the baseline controller ([safety.fallback], the SoftPLC's PID 
   cancels any correction that is a function of the observation at steady state (e = 0 is
   its only equilibrium), so the policy can only reshape transients; here it can hold the
   true pH off the biased sensor's setpoint, or trade DO against agitation power.
+  Tracking integrates the exploration noise into the PID (a random walk of the actuator):
+  PPO diverged with it in every trial (docs/guides/train-then-prove.md), hence the default.
 - `correction` in [-1, 1] per action (the policy's output space), `scale` the largest
   correction as a fraction of each input's span (the physical bounds hi - lo of the spec).
 - `lo, hi`: the physical bounds narrowed to [safety.projection].box.
@@ -47,7 +49,7 @@ def residual_box(scenario, names: list[str], a_lo: np.ndarray, a_hi: np.ndarray)
 class ResidualActions:
     """Baseline + bounded correction for every instance of a HilVectorEnv (module docstring)."""
 
-    def __init__(self, venv, scale: float | np.ndarray = 0.02, track: bool = True):
+    def __init__(self, venv, scale: float | np.ndarray = 0.1, track: bool = False):
         sc = venv.model.scenario
         if sc.safety is None:
             raise ValueError(f"scenario {sc.name!r}: residual actions need a baseline controller "
@@ -104,7 +106,7 @@ class ResidualActions:
         return a
 
 
-def residual_act_fn(venv, scale, correction_fn, track: bool = True):
+def residual_act_fn(venv, scale, correction_fn, track: bool = False):
     """act_fn(obs) -> actions for `rollout_returns`/`heldout_evaluation`: the baseline of
     `venv` plus `correction_fn(obs)` (N, a) in [-1, 1]. The controllers start fresh (the
     evaluation resets every instance once, at its start)."""
@@ -116,7 +118,7 @@ def residual_act_fn(venv, scale, correction_fn, track: bool = True):
     return act
 
 
-def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.02, track: bool = True,
+def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.1, track: bool = False,
                           parallel: bool | None = None, overrides: dict | None = None, **kwargs):
     """`hil.gym.make_vec(...)` as an SB3 VecEnv whose actions are corrections in [-1, 1] to the
     scenario's baseline (same arguments as hil.gym.sb3.make_sb3_vec, plus `scale`, `track`)."""

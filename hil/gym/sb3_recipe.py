@@ -57,7 +57,8 @@ def _residual_policy_act(model, vecnorm, scale, track):
 
 def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: float = 1500.0, n_envs: int = 16,
           n_steps: int = 256, batch_size: int = 1024, n_epochs: int = 5, lr: float = 1e-4, gamma: float = 0.99,
-          gae_lambda: float = 0.95, scale: float = 0.1, track: bool = False, log_std: float = -1.5, episode_s: float | None = None,
+          gae_lambda: float = 0.95, scale: float = 0.1, track: bool = False, log_std: float = -1.5,
+          episode_s: float | None = None,
           eval_every: int = 50_000, eval_episodes: int = 8, threads: int = 1, seed: int = 0, log=print) -> dict:
     """Train, select, evaluate (module docstring). Returns the JSON record."""
     import torch
@@ -151,7 +152,8 @@ def train(config: str, *, out: str, timesteps: int = 2_000_000, max_wall_s: floa
            "load_avg_1min": {"start": round(load0[0], 2), "end": round(load1[0], 2)},
            "hyper": {"n_envs": n_envs, "n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs, "lr": lr,
                      "gamma": gamma, "gae_lambda": gae_lambda, "scale": scale, "track": track, "log_std_init": log_std,
-                     "net_arch": [64, 64], "eval_every": eval_every, "eval_episodes": eval_episodes, "timesteps": timesteps,
+                     "net_arch": [64, 64], "eval_every": eval_every, "eval_episodes": eval_episodes,
+                     "timesteps": timesteps,
                      "max_wall_s": max_wall_s, "threads": threads, "seed": seed},
            "validation": history, "model": str(outp / "ppo_best.zip"),
            "vecnormalize": str(outp / "vecnormalize_best.pkl")}
