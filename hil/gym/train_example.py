@@ -127,6 +127,43 @@ def baseline_actions_fn(scenario, spec, names, n):
     return act
 
 
+HELDOUT_SEED = 10_000_000  # held-out episodes: seeds HELDOUT_SEED + i, never drawn in training
+
+
+def heldout_evaluation(config: str, make_act, *, episodes: int = 8, episode_s: float | None = None,
+                       seed0: int = HELDOUT_SEED, baseline: bool = True) -> dict:
+    """The yardstick of every trainer here: a policy against the scenario's baseline
+    ([safety.fallback], the SoftPLC's PID block) on `episodes` held-out episodes (seeds
+    seed0 + i, default HELDOUT_SEED + i, episode 0 each; [gym].episode_s unless `episode_s`), each in a fresh
+    vector env of `episodes` instances, the undiscounted [gym].reward summed up to the
+    first termination. make_act(venv) -> act_fn(obs (N, f)) -> actions (N, a) in plant units
+    (it may read the venv's state, as the baseline does). Returns {"episodes", "episode_s",
+    "seeds", "policy": {...}, "baseline": {...}}, each side with `returns` (N,), `mean`,
+    `terminated` (N,) bool, `safety_stops` and `features` (the observations it saw);
+    baseline=False scores the policy alone (e.g. on validation seeds while training)."""
+    import hil.gym
+
+    if episodes < 1:
+        raise ValueError(f"episodes: at least 1 held-out episode, got {episodes}")
+    over = {} if episode_s is None else {"episode_s": float(episode_s)}
+    sc = hil.gym.load(config, over)
+    seeds = int(seed0) + np.arange(episodes)
+    out: dict = {"episodes": int(episodes), "seeds": [int(s) for s in seeds]}
+    for side in ("policy", "baseline") if baseline else ("policy",):
+        ev = hil.gym.make_vec(config, episodes, **over)
+        m = ev.model
+        if side == "policy":
+            act = make_act(ev)
+        else:
+            act = baseline_actions_fn(sc, m.spec, ev.action_names, episodes)(ev)
+        ret, term, X = rollout_returns(ev, act, seeds, m.max_steps)
+        out["episode_s"] = m.max_steps * m.step_s
+        out[side] = {"returns": ret, "mean": float(ret.mean()), "terminated": term,
+                     "safety_stops": int(term.sum()), "features": X}
+        ev.close()
+    return out
+
+
 def train(config: str, *, out: str, generations: int = 40, pairs: int = 16, episodes: int = 8,
           episode_s: float | None = None, hidden: int = 8, sigma: float = 0.1, lr: float = 0.05,
           members: int = 5, seed: int = 0, log=print) -> dict:
@@ -190,18 +227,15 @@ def train(config: str, *, out: str, generations: int = 40, pairs: int = 16, epis
     ens = MLPEnsemble(x_mean=x_mean, x_std=x_std, y_mean=np.zeros(a), y_std=y_std, W0=W0, W1=W1, b1=b1, W2=W2,
                       b2=b2, residual_index=res_idx)
     # evaluation on held-out seeds: the ensemble (as `hil policy` runs it) vs the baseline
-    n_eval = min(episodes, 8)
-    ev = hil.gym.make_vec(config, n_eval, **over)
-    eval_seeds = 10_000_000 + np.arange(n_eval)
 
     def ens_act(obs):
         out = ens.predict_batch(obs).mean(axis=0)
         return np.clip(out, lo, hi)
 
-    r_pol, t_pol, X = rollout_returns(ev, ens_act, eval_seeds, n_steps)
-    ev_b = hil.gym.make_vec(config, n_eval, **over)
-    r_base, t_base, _ = rollout_returns(ev_b, baseline_actions_fn(sc, m.spec, names, n_eval)(ev_b), eval_seeds,
-                                        n_steps)
+    ev = heldout_evaluation(config, lambda venv: ens_act, episodes=min(episodes, 8), episode_s=episode_s)
+    n_eval = ev["episodes"]
+    r_pol, t_pol, X = ev["policy"]["returns"], ev["policy"]["terminated"], ev["policy"]["features"]
+    r_base, t_base = ev["baseline"]["returns"], ev["baseline"]["terminated"]
     Xf = X[np.isfinite(X).all(axis=1)]
     mean, cov = Xf.mean(0), np.atleast_2d(np.cov(Xf, rowvar=False))
     prec = np.linalg.inv(cov + 1e-9 * np.trace(cov) / cov.shape[0] * np.eye(cov.shape[0]))
