@@ -125,6 +125,9 @@ def _ray_task(campaign, run, storage: str, realtime):
     from hil.campaign.worker import execute_run, run_paths, write_result
 
     sweep_dead_shm()
+    from hil.campaign.warm_procs import sweep_dead_keeper_dirs
+
+    sweep_dead_keeper_dirs()  # bus directories of kept processes whose worker was killed
     warm_ray_worker(campaign, realtime)
     node_id = ray.get_runtime_context().get_node_id()
     with tempfile.TemporaryDirectory(prefix="hil-ray-") as tmp:

@@ -17,13 +17,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 
 SEEDS = 10
 FAULTS = ("none", "agitator_stuck", "ph_bias")
 
-# 60 cheap runs: lockstep, no servers; PLC runs 30 min of batch (1800 steps), policy runs (policy and
-# safety processes over the bus, kept per worker) 10 min (600 steps)
+# 50 cheap runs: lockstep, no servers; 30 PLC runs of 30 min of batch (1800 steps), 20 policy runs (policy
+# and safety processes over the bus, kept per worker; no fault and the pH bias) of 10 min (600 steps)
 CAMPAIGN = f"""
     [campaign]
     name = "ray_kill"
@@ -43,6 +43,7 @@ CAMPAIGN = f"""
     kind = "none"
     [faults.agitator_stuck]
     kind = "actuator_stuck"
+    scenarios = ["plc"]
     signal = "agitation_power"
     value = 0.0
     start_s = [300.0, 600.0]
@@ -116,7 +117,8 @@ def test_two_node_cluster_one_node_killed_mid_campaign(tmp_path):
 
     camp = tmp_path / "c.toml"
     camp.write_text(textwrap.dedent(CAMPAIGN))
-    expected = {f"{sc}.{f}.s{s}" for sc in ("plc", "policy") for f in FAULTS for s in range(1, SEEDS + 1)}
+    expected = {f"{sc}.{f}.s{s}" for sc in ("plc", "policy") for f in FAULTS for s in range(1, SEEDS + 1)
+                if sc == "plc" or f != "agitator_stuck"}
 
     # the reference: the local pool
     local = subprocess.run(HIL + ["campaign", "run", str(camp), "--workers", "2", "--no-progress", "--json",
