@@ -4,6 +4,7 @@ on a stratified sample and projected to the whole mix, cold and warm workers in 
     python benchmarks/campaign_throughput.py [--campaign FILE] [--scenarios plc,policy]
         [--seeds-per-stratum K] [--workers W] [--modes warm,warm_spawn,warm_nocache,cold] [--check OUT --check-wall-s S]
         [--ab-policy-cache N]   # also: one policy run N times with, N times without the policy's Numba cache
+        [--profile-policy N]    # also: one policy run N times on kept processes: CPU per step per process
         [--quick]      # smoke run: 2 strata, 30 min of batch per run; its times are no figure
 
 Strata: one per (scenario, fault) of the campaign and one per canary. The sample is the first K
@@ -198,6 +199,86 @@ def ab_policy_cache(c, repeats: int, tmp: Path) -> dict:
     return out
 
 
+def _proc_cpu(pid: int) -> tuple[float, int]:
+    """(user + system CPU s, voluntary context switches) of a live process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/{pid}/status") as f:
+        vol = next(int(line.split(":")[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+    return cpu, vol
+
+
+def _profile_one(run, out_dir: str) -> dict:
+    """In a warm pool worker (kept processes on): one policy run; its wall s, steps, and the CPU s
+    and voluntary context switches of the loop (this worker process, every thread: the loop's and
+    zmq's), the recorder (a forked child, reaped at the run's end) and the kept policy and safety
+    processes (every thread) over the run, with its digest."""
+    import resource
+
+    from hil.campaign import executors, worker
+
+    k = worker._KEEPER
+    before = {pid: _proc_cpu(pid) for pid in (k.pids() if k else [])}
+    s0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = worker.execute_run(executors._CAMPAIGN, run, out_dir)
+    s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = {"wall_s": res["wall_s"], "loop_s": (res.get("phases_s") or {}).get("loop_s"), "digest": res.get("digest"),
+           "error": res.get("error"), "processes": ((res.get("warm") or {}).get("processes") or {}).get("processes"),
+           "steps": (res.get("summary") or {}).get("steps"),
+           "cpu_s": {"loop": s1.ru_utime + s1.ru_stime - s0.ru_utime - s0.ru_stime,
+                     "recorder": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime},
+           "vol_ctxsw": {"loop": s1.ru_nvcsw - s0.ru_nvcsw}}
+    for role, pid in zip(("policy", "safety"), worker._KEEPER.pids()):
+        if pid in before:  # a pair reset for this run (a fresh pair's start-up is not the run's loop)
+            (a, va), (b, vb) = before[pid], _proc_cpu(pid)
+            out["cpu_s"][role], out["vol_ctxsw"][role] = b - a, vb - va
+    return out
+
+
+def profile_policy(c, repeats: int, tmp: Path) -> dict:
+    """Where a lockstep policy run's time goes: the first no-fault policy run of the campaign
+    `repeats` times on the kept processes of one warm pool worker (after one untimed run that
+    spawns them): median (min, max) over the runs of the CPU us per step of each process (loop,
+    recorder, policy, safety; threads included), their sum, the wall us per step, and the
+    voluntary context switches per step (each one a wake-up). Digests checked equal."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing as mp
+    from statistics import median
+
+    from hil.campaign.executors import _worker_init
+    from hil.campaign.expand import expand
+    from hil.campaign.schema import controller_of, load_scenario_ref
+
+    policy_sc = [ref.name for ref in c.scenarios if controller_of(ref, load_scenario_ref(c, ref)) == "policy"]
+    if not policy_sc:
+        raise RuntimeError("--profile-policy: the campaign has no policy scenario")
+    run = next(r for r in expand(c) if r.fault == "none" and r.scenario == policy_sc[0])
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                             initargs=(c, True, True)) as pool:
+        pool.submit(_profile_one, run, str(tmp / "profile")).result()  # untimed: spawns the kept pair
+        got = [pool.submit(_profile_one, run, str(tmp / "profile")).result() for _ in range(repeats)]
+    errors = [g["error"] for g in got if g["error"]]
+    if errors:
+        raise RuntimeError(f"profiled run errored: {errors[0]}")
+    if len({g["digest"] for g in got}) != 1 or any(g["processes"] != "reset" for g in got):
+        raise RuntimeError("profiled runs differ, or did not run on the kept processes")
+
+    def stat(vals):
+        return {"median": round(median(vals), 1), "min": round(min(vals), 1), "max": round(max(vals), 1)}
+
+    steps = got[0]["steps"]
+    if not steps:
+        raise RuntimeError("profiled run has no step count in its summary")
+    roles = ("loop", "recorder", "policy", "safety")
+    out = {"run": run.run_id, "repeats": repeats, "steps": steps,
+           "cpu_us_per_step": {r: stat([g["cpu_s"][r] / steps * 1e6 for g in got]) for r in roles},
+           "vol_ctxsw_per_step": {r: stat([g["vol_ctxsw"][r] / steps for g in got]) for r in ("loop", "policy", "safety")},
+           "loop_wall_us_per_step": stat([g["loop_s"] / steps * 1e6 for g in got])}
+    out["cpu_us_per_step"]["total"] = stat([sum(g["cpu_s"][r] for r in roles) / steps * 1e6 for g in got])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--campaign", default=str(ROOT / "configs/campaigns/bioreactor_faults.toml"))
@@ -212,6 +293,9 @@ def main() -> None:
     ap.add_argument("--ab-policy-cache", type=int, default=0, metavar="N",
                     help="also: one policy run N times with and N times without the policy's Numba cache, "
                          "alternating, in one worker (wall and child-process CPU s)")
+    ap.add_argument("--profile-policy", type=int, default=0, metavar="N",
+                    help="also: one no-fault policy run N times on one worker's kept processes: CPU us per "
+                         "step of the loop, recorder, policy and safety processes, context switches per step")
     a = ap.parse_args()
     from hil.campaign.expand import expand
     from hil.campaign.schema import load_campaign
@@ -259,6 +343,8 @@ def main() -> None:
             out["modes"][mode] = m
             print(f"{mode}: sample of {len(res)} runs end to end in {e2e:.1f} s -> projected "
                   f"{m['projected_full_s']:.0f} s for {m['full_runs']} runs on {a.workers} worker(s)", file=sys.stderr)
+        if a.profile_policy > 0:
+            out["profile_policy"] = profile_policy(c, a.profile_policy, Path(tmp))
         if a.ab_policy_cache > 0:
             out["ab_policy_cache"] = ab_policy_cache(c, a.ab_policy_cache, Path(tmp))
     if "warm" in out["modes"] and "cold" in out["modes"]:

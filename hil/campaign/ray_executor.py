@@ -23,6 +23,10 @@ publishes the run directory into the storage by the same swap, then the result: 
 a node that Ray declared dead but that is still running writes whole directories and whole
 result files, which are the same run's (the same seed gives the same digest), never a mix.
 
+Warm workers. A Ray worker process runs many tasks; the first lockstep policy run in it starts a
+policy and safety pair that later runs reuse, reset by a signed message, as in the local pool
+(`warm_ray_worker`; each result's "warm" says how the run got its processes).
+
 Shared memory. A task first frees what dead hil processes of its machine left in /dev/shm
 (sweep_dead_shm): a worker killed with its node takes its recorder with it, so nobody else
 frees its process image and recorder ring.
@@ -97,6 +101,22 @@ def sweep_dead_shm(shm_dir: str = "/dev/shm") -> list[str]:
     return removed
 
 
+def warm_ray_worker(campaign, realtime) -> None:
+    """Make this Ray worker process warm as a local pool worker is (hil/campaign/executors.py):
+    lockstep policy runs reuse the worker's policy and safety processes, reset per run by a
+    signed message (hil/campaign/warm_procs.py), and a fresh pair loads the policy's kernel from
+    the worker's Numba cache (hil/campaign/warm.py). Ray reuses a worker process for the tasks of
+    one job, so the kept pair outlives the task that spawned it. Helpers are not forked: a Ray
+    worker runs threads of its own. The pair ends with the worker: parked, it sees its socket
+    pair close; mid-run, it sees its parent gone (--parent-pid); at a clean exit the keeper's
+    atexit hook stops it. Real-time runs start their own processes, as in the local pool."""
+    from hil.campaign import worker
+
+    rt = campaign.campaign.mode == "realtime" if realtime is None else realtime
+    worker.WARM_POLICY_CACHE = True
+    worker.WARM_PROCESSES = not rt
+
+
 def _ray_task(campaign, run, storage: str, realtime):
     import tempfile
 
@@ -105,6 +125,10 @@ def _ray_task(campaign, run, storage: str, realtime):
     from hil.campaign.worker import execute_run, run_paths, write_result
 
     sweep_dead_shm()
+    from hil.campaign.warm_procs import sweep_dead_keeper_dirs
+
+    sweep_dead_keeper_dirs()  # bus directories of kept processes whose worker was killed
+    warm_ray_worker(campaign, realtime)
     node_id = ray.get_runtime_context().get_node_id()
     with tempfile.TemporaryDirectory(prefix="hil-ray-") as tmp:
         result = execute_run(campaign, run, tmp, realtime=realtime)

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -50,6 +52,34 @@ from hil.campaign.process_faults import ENV as FAULT_ENV
 
 RESET_MAX_S = 60.0  # wall s for a reset to be acknowledged and both processes ready (a loaded machine: ~1 s)
 PARK_MAX_S = 30.0  # wall s for both to end their run and answer "parked" (their receive timeout: 0.2 s)
+
+
+KEEPER_DIR_PREFIX = "hilw-"  # <tmp>/hilw-<worker pid>-<random>: a keeper's bus directory
+
+
+def sweep_dead_keeper_dirs(tmp_dir: str | None = None) -> list[str]:
+    """Remove this user's keeper bus directories (`<tmp>/hilw-<pid>-*`) whose worker is dead
+    (killed with its node: its atexit handler never ran; its kept processes ended with it). Returns
+    the paths removed."""
+    from hil.processes import process_alive
+
+    tmp_dir = tmp_dir or tempfile.gettempdir()
+    removed = []
+    for name in os.listdir(tmp_dir):
+        m = re.fullmatch(re.escape(KEEPER_DIR_PREFIX) + r"(\d+)-[A-Za-z0-9_]+", name)
+        if m is None:
+            continue
+        path = os.path.join(tmp_dir, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or process_alive(int(m.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            removed.append(path)
+    return removed
 
 
 class _Kept:
@@ -130,7 +160,9 @@ class ProcessKeeper:
     the last run got its processes ("reset" or "spawned") and why a kept pair was not used."""
 
     def __init__(self, seed_numba_cache: bool = True):
-        self.ipc_dir = tempfile.mkdtemp(prefix="hilw-")
+        # named after this worker: a worker killed without its exit handlers (a Ray node lost) leaves it,
+        # and the next task on the machine removes it (sweep_dead_keeper_dirs)
+        self.ipc_dir = tempfile.mkdtemp(prefix=f"{KEEPER_DIR_PREFIX}{os.getpid()}-")
         self.seed_numba_cache = seed_numba_cache
         self._policy: _Kept | None = None
         self._safety: _Kept | None = None

@@ -140,7 +140,9 @@ class PolicyRunner:
                 if members.ndim != 2 or members.shape[1] != self.n_act or not _finite(members):
                     self.counters["policy_invalid"] += 1
                     return None
-                a = members.mean(axis=0)
+                # the mean over members, as ndarray.mean computes it (add.reduce, then a true divide
+                # by the count), without its Python wrappers: the same bits
+                a = np.add.reduce(members, axis=0) / members.shape[0]
             else:
                 a = np.asarray(pol.act(x), dtype=np.float64)
             if self.fault is not None:
@@ -195,6 +197,7 @@ class PolicyRunner:
             write_json_atomic(status_path, self.status())
         decode, accept, answer, counters = self.obs_rx.decode, self.obs_rx.accept, self.answer, self.counters
         cmd_ready = cmd.getsockopt  # ZMQ_EVENTS: a command waiting (cheaper than a receive that fails)
+        from hil.bus.endpoint import POLLIN, ZMQ_EVENTS  # plain ints (no IntFlag arithmetic per observation)
         retry_lockstep_s = 0.25 * bus.lockstep_timeout_s
         try:
             while not stop:
@@ -204,7 +207,7 @@ class PolicyRunner:
                 except zmq.Again:
                     first = None
                 # commands first (a rollback applies to this observation already)
-                if cmd_ready(zmq.EVENTS) & zmq.POLLIN:
+                if cmd_ready(ZMQ_EVENTS) & POLLIN:
                     for raw in drain(cmd, ready=True):
                         self.command(raw)
                 if first is not None:

@@ -61,3 +61,17 @@ def test_quick_run_cold_starts_a_worker_per_run_warm_reuses_one():
     for m in res["modes"].values():
         assert m["full_runs"] == 40 and m["projected_full_s"] > 0  # 2 strata x 20 seeds
     assert res["cold_over_warm"] > 0
+
+
+@pytest.mark.timeout(600)
+def test_profile_policy_reports_every_process_of_the_kept_runs():
+    res = run_quick("campaign_throughput", "--workers", "1", "--modes", "", "--profile-policy", "2", timeout=580)
+    p = res["profile_policy"]
+    assert p["run"] == "policy.none.s1" and p["repeats"] == 2 and p["steps"] == 1800  # 30 min of batch, 1 s steps
+    cpu = p["cpu_us_per_step"]
+    # the kept policy and safety processes were found across the reset runs (CPU measured, not absent)
+    assert set(cpu) == {"loop", "recorder", "policy", "safety", "total"}
+    assert all(cpu[r]["median"] > 0 for r in ("loop", "policy", "safety"))
+    assert cpu["total"]["median"] >= cpu["loop"]["median"] + cpu["policy"]["median"]
+    # every step wakes the policy once at least (one observation, one blocking receive)
+    assert p["vol_ctxsw_per_step"]["policy"]["median"] >= 0.9

@@ -1,6 +1,9 @@
 """A campaign on a local 2-node Ray cluster (ray.cluster_utils.Cluster), one node killed while it
 runs a task: its runs are rescheduled on the node left, every run has exactly one result, the
-verdicts and recording digests are those of the local pool, and no process is left running."""
+verdicts and recording digests are those of the local pool, and no process is left running.
+Its policy runs reuse each Ray worker's kept policy and safety processes (reset per run,
+hil/campaign/warm_procs.py) as the local pool's workers do: the same digests either way, and
+the kept processes end with their node or the cluster."""
 
 import json
 import os
@@ -14,12 +17,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 
 SEEDS = 10
 FAULTS = ("none", "agitator_stuck", "ph_bias")
 
-# 30 cheap runs: lockstep, no servers, 30 min of batch each (1800 steps)
+# 50 cheap runs: lockstep, no servers; 30 PLC runs of 30 min of batch (1800 steps), 20 policy runs (policy
+# and safety processes over the bus, kept per worker; no fault and the pH bias) of 10 min (600 steps)
 CAMPAIGN = f"""
     [campaign]
     name = "ray_kill"
@@ -30,10 +34,16 @@ CAMPAIGN = f"""
     file = "{ROOT}/configs/bioreactor_plc.toml"
     controller = "softplc"
     duration_s = 1800.0
+    [[scenarios]]
+    name = "policy"
+    file = "{ROOT}/configs/bioreactor_policy.toml"
+    duration_s = 600.0
+    set = {{ "safety.mode" = "full", "safety.rollout.auto_promote" = false }}
     [faults.none]
     kind = "none"
     [faults.agitator_stuck]
     kind = "actuator_stuck"
+    scenarios = ["plc"]
     signal = "agitation_power"
     value = 0.0
     start_s = [300.0, 600.0]
@@ -107,7 +117,8 @@ def test_two_node_cluster_one_node_killed_mid_campaign(tmp_path):
 
     camp = tmp_path / "c.toml"
     camp.write_text(textwrap.dedent(CAMPAIGN))
-    expected = {f"plc.{f}.s{s}" for f in FAULTS for s in range(1, SEEDS + 1)}
+    expected = {f"{sc}.{f}.s{s}" for sc in ("plc", "policy") for f in FAULTS for s in range(1, SEEDS + 1)
+                if sc == "plc" or f != "agitator_stuck"}
 
     # the reference: the local pool
     local = subprocess.run(HIL + ["campaign", "run", str(camp), "--workers", "2", "--no-progress", "--json",
@@ -169,6 +180,16 @@ def test_two_node_cluster_one_node_killed_mid_campaign(tmp_path):
         assert (tmp_path / "ray" / "runs" / run_id / "rec" / "_meta.json").exists()
     assert {r["ray_node_id"] for r in got.values()} == {head.node_id, victim.node_id}  # both nodes ran runs
     assert not list((tmp_path / "ray" / "runs").glob(".*"))  # no staging or replaced directory left
+
+    # the policy runs on Ray ran on kept processes: each Ray worker started one pair on its first
+    # policy run, every other policy run reset that pair
+    pol = [r for k, r in got.items() if k.startswith("policy.")]
+    how = [r["warm"]["processes"]["processes"] for r in pol]
+    workers = {(r["ray_node_id"], r["worker_pid"]) for r in pol}
+    assert set(how) <= {"reset", "spawned"}, how
+    assert how.count("spawned") == len(workers) and how.count("reset") == len(pol) - len(workers), (how, workers)
+    kept = {pid for r in pol for pid in r["warm"]["processes"]["pids"]}
+    assert kept and kept <= seen, (kept, seen)  # the kept processes were in the nodes' process trees
 
     # nothing left running: every process seen (raylets, workers, recorders, the driver)
     deadline = time.monotonic() + 60.0

@@ -49,6 +49,22 @@ def test_sweep_removes_what_dead_processes_left_and_keeps_the_living(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, gone in names.items() if not gone)
 
 
+def test_sweep_removes_keeper_dirs_of_dead_workers_only(tmp_path):
+    from hil.campaign.warm_procs import sweep_dead_keeper_dirs
+
+    dead, alive = _dead_pid(), os.getpid()
+    dirs = {f"hilw-{dead}-ab_c1": True, f"hilw-{alive}-xyz": False, "hilw-abc": False, f"hilw-{dead}": False,
+            "hil-other": False}
+    for n in dirs:
+        (tmp_path / n / "policy").mkdir(parents=True)
+        (tmp_path / n / "policy" / "obs.sock").write_bytes(b"")
+    (tmp_path / f"hilw-{dead}-file").write_bytes(b"")  # a file of that name is no keeper's directory
+    removed = sweep_dead_keeper_dirs(str(tmp_path))
+    assert sorted(os.path.basename(p) for p in removed) == [f"hilw-{dead}-ab_c1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([n for n, gone in dirs.items() if not gone]
+                                                                + [f"hilw-{dead}-file"])
+
+
 def test_lost_node_errors_are_told_from_run_failures():
     rx = pytest.importorskip("ray.exceptions", reason="ray is not installed (pip install 'hil[ray]')")
     from hil.campaign.ray_executor import lost_node
