@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 HIL = [sys.executable, "-m", "hil.cli"]
 pytestmark = pytest.mark.timeout(900)
 
-SEEDS = 10
+SEEDS = 6
 FAULTS = ("none", "agitator_stuck", "ph_bias")
 
-# 50 cheap runs: lockstep, no servers; 30 PLC runs of 30 min of batch (1800 steps), 20 policy runs (policy
+# 30 cheap runs: lockstep, no servers; 18 PLC runs of 30 min of batch (1800 steps), 12 policy runs (policy
 # and safety processes over the bus, kept per worker; no fault and the pH bias) of 10 min (600 steps)
 CAMPAIGN = f"""
     [campaign]
