@@ -55,6 +55,7 @@ dict and its arrays) is the largest part left.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -68,6 +69,33 @@ FALLBACK_SILENT = len(KERNEL_SOURCES)  # the supervisor is silent (or has not sp
 SOURCE_NAMES = (*KERNEL_SOURCES, "fallback:supervisor_silent")
 SOURCE_COLUMN = "shield.source"
 _SPELL_CAP = 4096  # fallback steps of one spell kept for classification (beyond: the sender's)
+
+
+def fifo_io_threads(priority: int) -> tuple[int, str | None]:
+    """SCHED_FIFO `priority` for this process's zmq I/O threads (named "ZMQbg/IO/<n>" by libzmq):
+    (threads raised, warning or None). The loop raises only its own thread to SCHED_FIFO
+    (hil/loop/rt.py), while every proposal and supervisor decision reaches the loop's sockets
+    through the context's I/O thread: left at normal priority on a loaded machine it waits for
+    a CPU for milliseconds (25 ms seen: configs/panda_policy.toml, load 7, 125 of 314 late
+    steps with the proposal already sent). The policy and safety processes raise all their
+    threads already (hil/safety/launch.py)."""
+    raised = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError as exc:
+        return 0, f"shield: the zmq I/O threads could not be listed ({exc.strerror or exc})"
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if not f.read().startswith("ZMQbg/IO"):
+                    continue
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
+            raised += 1
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+        except OSError as exc:
+            return raised, f"shield: SCHED_FIFO {priority} for the zmq I/O threads refused ({exc.strerror or exc})"
+    return raised, None
 
 
 def _by_step(msg) -> tuple:
@@ -128,6 +156,9 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         self._blame = {"late_policy": 0, "late_transport": 0, "silent_supervisor": 0, "silent_transport": 0,
                        "silent_startup": 0}
         self._transit_max_ns = {"proposal": 0, "supervisor": 0}
+        self._io_checked = False  # the zmq I/O threads' scheduling looked at (first real-time step)
+        self.io_threads_fifo = 0
+        self.io_warning = None
         self._y = self._u = None
         self._c.update({"supervisor_decisions": 0, "supervisor_silences": 0,
                         "lockstep_proposal_timeouts": 0})
@@ -155,6 +186,8 @@ class ShieldBusEndpoint(LoopBusEndpoint):
     def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
         """Write the shield's action for this step into u_cmd (bus-driven inputs, plant units)."""
         self._lockstep = lockstep
+        if not self._io_checked and not lockstep:
+            self._raise_io_threads()
         self._look_ns = time.time_ns()
         self._take_proposals()
         if step % self.every == 0 or self.silent:  # decisions come at the policy's rate at most
@@ -184,6 +217,18 @@ class ShieldBusEndpoint(LoopBusEndpoint):
             else:
                 self._spell(self._silent_spell, self._look_ns, "silent_supervisor")
         self._in_fallback = code > 1
+
+    def _raise_io_threads(self) -> None:
+        """Once, at the first real-time step (the loop has its scheduling by then): when the loop
+        thread runs at SCHED_FIFO p, the zmq I/O threads get p - 1 (`fifo_io_threads`)."""
+        self._io_checked = True
+        try:
+            if os.sched_getscheduler(0) != os.SCHED_FIFO:
+                return
+            prio = os.sched_getparam(0).sched_priority
+        except (AttributeError, OSError):
+            return
+        self.io_threads_fifo, self.io_warning = fifo_io_threads(max(1, prio - 1))
 
     def _spell(self, spell: list, entry, sender_key: str) -> None:
         """One more step of a fallback spell, classified when the next message is taken (a spell
@@ -317,6 +362,7 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         out["shield_silent_transport_steps"] = b["silent_transport"]
         out["shield_silent_startup_steps"] = b["silent_startup"]
         out["proposal_transit_us_max"] = self._transit_max_ns["proposal"] // 1000
+        out["zmq_io_threads_fifo"] = self.io_threads_fifo
         out["supervisor_transit_us_max"] = self._transit_max_ns["supervisor"] // 1000
         for k, v in self._prop_rx.counters.items():
             out[f"proposal_{k}"] = v
@@ -330,7 +376,8 @@ class ShieldBusEndpoint(LoopBusEndpoint):
                 "supervisor": {"mode": self.mode, "allow_policy": self.allow, "silent": self.silent,
                                "decision_step": self.decision_step},
                 "proposal_step": self.proposal_step if self.proposal_step >= 0 else None,
-                "every_steps": self.every, "max_age_steps": self.max_age_steps}
+                "every_steps": self.every, "max_age_steps": self.max_age_steps,
+                "zmq_io_threads_fifo": self.io_threads_fifo, "zmq_io_warning": self.io_warning}
 
     def _sockets(self) -> list:
         extra = [s for s in (getattr(self, "_prop_sock", None), getattr(self, "_sup_sock", None)) if s is not None]

@@ -255,3 +255,32 @@ def test_silent_steps_a_decision_sent_in_time_would_have_ended_count_as_transpor
     c = ep.ep.counters()
     assert c["shield_silent_transport_steps"] == silent and c["shield_silent_supervisor_steps"] == 0
     assert c["shield_fallback_supervisor_silent_steps"] == silent
+
+
+def test_fifo_io_threads_raises_exactly_this_process_s_zmq_io_threads():
+    import os
+
+    from hil.loop.shield_bus import fifo_io_threads
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)  # the context's I/O thread starts with the first socket ...
+    try:
+        io = []
+        deadline = time.monotonic() + 10.0
+        while not io and time.monotonic() < deadline:  # ... and names itself once it runs
+            io = [int(t) for t in os.listdir("/proc/self/task")
+                  if open(f"/proc/self/task/{t}/comm").read().startswith("ZMQbg/IO")]
+            time.sleep(0.01)
+        assert io
+        raised, warning = fifo_io_threads(1)
+        if warning is not None:  # no CAP_SYS_NICE / rtprio here: refused and said so, nothing raised
+            assert "SCHED_FIFO 1" in warning and raised == 0
+        else:
+            assert raised == len(io)
+            assert all(os.sched_getscheduler(t) == os.SCHED_FIFO for t in io)
+            assert os.sched_getscheduler(0) != os.SCHED_FIFO  # the calling (test) thread untouched
+            for t in io:
+                os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
+    finally:
+        sock.close(0)
+        ctx.term()
