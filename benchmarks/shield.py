@@ -212,7 +212,13 @@ def realtime_run(which: str, seconds: float, workdir: Path) -> dict:
                     "bad_proposal": bus["shield_fallback_bad_proposal_steps"],
                     "unknown_limits": bus["shield_fallback_unknown_limits_steps"]}
     stage = d.get("stage_us", {}).get("decide", {})
-    return {"steps": d["steps"], "overruns": d["overruns"], "overruns_per_10k": 1e4 * d["overruns"] / steps,
+    blame = {} if which == "old" else {  # who made the late / silent steps (hil/loop/shield_bus.py)
+        "late_policy": bus["shield_late_policy_steps"], "late_transport": bus["shield_late_transport_steps"],
+        "silent_supervisor": bus["shield_silent_supervisor_steps"],
+        "silent_transport": bus["shield_silent_transport_steps"], "silent_startup": bus["shield_silent_startup_steps"],
+        "proposal_transit_us_max": bus["proposal_transit_us_max"],
+        "supervisor_transit_us_max": bus["supervisor_transit_us_max"]}
+    return {"steps": d["steps"], "fallback_blame": blame, "overruns": d["overruns"], "overruns_per_10k": 1e4 * d["overruns"] / steps,
             "fallback_steps": fallback, "fallback_per_10k": 1e4 * sum(fallback.values()) / steps,
             "decide_us_mean": stage.get("mean"), "decide_us_max": stage.get("max"),
             "lateness_p99_us": d.get("lateness_us", {}).get("p99"),
@@ -237,7 +243,9 @@ def realtime(seconds: float, repeats: int) -> dict:
                       "decide_us_mean_median": float(np.median([x["decide_us_mean"] for x in rs]))}
     new = runs["new"]
     out["goals"] = {"new_overruns_per_10k_le_5": all(x["overruns_per_10k"] <= OVERRUN_GOAL_PER_10K for x in new),
-                    "new_no_late_fallback": all(x["fallback_steps"]["late"] == 0 for x in new)}
+                    "new_no_late_fallback": all(x["fallback_steps"]["late"] == 0 for x in new),
+                    "new_no_transport_fallback": all(x["fallback_blame"]["late_transport"] == 0
+                                                     and x["fallback_blame"]["silent_transport"] == 0 for x in new)}
     return out
 
 

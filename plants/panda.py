@@ -225,22 +225,28 @@ PANELS = (
 # ---------------------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
-def envelope_terms(q, dq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0):
-    """At (q, dq): TCP position pos (m), its 6 x nb Jacobian J, the inverse joint-space inertia
-    Minv (armature included) and the drift acceleration ddq0 = FD(q, dq, tau = 0) without
-    gravity (the drive compensates it in every mode): in torque mode with a gravity-
-    compensating drive, ddq ~ ddq0 + Minv tau_target (friction and the current-loop lag left
-    out). Uses the work buffer wf as scratch. One ABA (ddq0) and its column passes for Minv
-    (`dynamics.minv_after_aba`); checked against Pinocchio (tests/plants/test_panda_envelope.py)."""
+def envelope_views(mf, mi, wf):
+    """The arrays `envelope_terms_at` works on, as views of the model buffers mf, mi and the work
+    buffer wf (no copy): (parent, jtype, E_tree, r_tree, inertia0, tcp body as a 1-element view,
+    tcp_r) and (E, r, v, c, pA, IA, U, D, uu, acc, T, tmp, f_ext, tau, Rw, pw). Carved once by a
+    caller that evaluates the terms every step (the shield's compiled fill): carving the ~25
+    views per call costs more than a third of the terms themselves (~1.5 us of ~5)."""
     model = arm.model_views(mf, mi)
     work, _ = arm.work_views(wf, mi[0])
     parent, jtype, E_tree, r_tree, inertia0, gravity, tcp_E, tcp_r, ints, xo, uo, po = model
-    E, r, v, c, pA, IA, U, D, uu, acc, T, tmp = work[0], work[1], work[2], work[3], work[4], work[5], \
-        work[6], work[7], work[8], work[9], work[10], work[11]
-    f_ext = work[14]
-    tau = work[16]
-    nb = ints[0]
-    dyn.frame_kinematics(parent, jtype, E_tree, r_tree, q, ints[1], tcp_r, E, r, work[20], work[21], pos, J)
+    mv = (parent, jtype, E_tree, r_tree, inertia0, ints[1:2], tcp_r)
+    wv = (work[0], work[1], work[2], work[3], work[4], work[5], work[6], work[7], work[8], work[9], work[10],
+          work[11], work[14], work[16], work[20], work[21])
+    return mv, wv
+
+
+@njit(cache=True, nogil=True)
+def envelope_terms_at(q, dq, mv, wv, armature, g0, pos, J, Minv, ddq0):
+    """`envelope_terms` on views carved once by `envelope_views` (the same arithmetic)."""
+    parent, jtype, E_tree, r_tree, inertia0, tcp_body, tcp_r = mv
+    E, r, v, c, pA, IA, U, D, uu, acc, T, tmp, f_ext, tau, Rw, pw = wv
+    nb = q.size
+    dyn.frame_kinematics(parent, jtype, E_tree, r_tree, q, tcp_body[0], tcp_r, E, r, Rw, pw, pos, J)
     for i in range(nb):
         tau[i] = 0.0
         for k in range(6):
@@ -249,6 +255,18 @@ def envelope_terms(q, dq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0):
             E, r, v, c, pA, IA, U, D, uu, acc, T, tmp)
     # Minv from the articulated-body quantities that ABA just left at this q (U, D, E, r)
     dyn.minv_after_aba(parent, jtype, E, r, U, D, pA, acc, tmp, Minv)
+
+
+@njit(cache=True, nogil=True)
+def envelope_terms(q, dq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0):
+    """At (q, dq): TCP position pos (m), its 6 x nb Jacobian J, the inverse joint-space inertia
+    Minv (armature included) and the drift acceleration ddq0 = FD(q, dq, tau = 0) without
+    gravity (the drive compensates it in every mode): in torque mode with a gravity-
+    compensating drive, ddq ~ ddq0 + Minv tau_target (friction and the current-loop lag left
+    out). Uses the work buffer wf as scratch. One ABA (ddq0) and its column passes for Minv
+    (`dynamics.minv_after_aba`); checked against Pinocchio (tests/plants/test_panda_envelope.py)."""
+    mv, wv = envelope_views(mf, mi, wf)
+    envelope_terms_at(q, dq, mv, wv, armature, g0, pos, J, Minv, ddq0)
 
 
 class _Envelope:
@@ -384,7 +402,7 @@ KIND_CODES = {"ee_box": 0, "joint_position": 1, "joint_velocity": 2}
 
 
 @njit(cache=True, nogil=True)
-def fill_envelope_rows(y, W, b, iq, idq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0, q, dq,
+def fill_envelope_rows(y, W, b, iq, idq, mv, wv, armature, g0, pos, J, Minv, ddq0, q, dq,
                        kinds, horizons, lows, highs, cols):
     """The compiled form of `EnvelopeLimits.fill` for several families at once (the in-loop
     shield, hil/loop/shield.py): the envelope terms once at the measured (q, dq), then family f
@@ -392,12 +410,13 @@ def fill_envelope_rows(y, W, b, iq, idq, mf, mi, wf, armature, g0, pos, J, Minv,
     lows[f, :e], highs[f, :e], e = 3 or nb) writes its 2 e rows, low/high per element, after
     the previous family's. W: (rows, n_actions), b: (rows,), plant units (N m in, m, rad, rad/s
     out); cols[j]: the action column of joint j's torque, -1 if not an action. Allocates
-    nothing; the same arithmetic as the numpy form (tested to 1e-12)."""
+    nothing; the same arithmetic as the numpy form (tested to 1e-12). mv, wv: the model and
+    work views of `envelope_views`, carved once when the fill is made (`compiled_limits`)."""
     nb = iq.size
     for j in range(nb):
         q[j] = y[iq[j]]
         dq[j] = y[idq[j]]
-    envelope_terms(q, dq, mf, mi, wf, armature, g0, pos, J, Minv, ddq0)
+    envelope_terms_at(q, dq, mv, wv, armature, g0, pos, J, Minv, ddq0)
     for r in range(W.shape[0]):
         for c in range(W.shape[1]):
             W[r, c] = 0.0
@@ -454,7 +473,8 @@ def compiled_limits(families):
         lows[i, :f.lo.size], highs[i, :f.hi.size] = f.lo, f.hi
     kinds = np.array([KIND_CODES[f.kind] for f in fams], dtype=np.int64)
     horizons = np.array([f.T for f in fams])
-    args = (env.iq.astype(np.int64), env.idq.astype(np.int64), env.mf0, env.mi, env.wf.copy(), env.armature,
+    mv, wv = envelope_views(env.mf0, env.mi, env.wf.copy())  # views keep their buffers alive
+    args = (env.iq.astype(np.int64), env.idq.astype(np.int64), mv, wv, env.armature,
             env.g0, np.zeros(3), np.zeros((6, nb)), np.zeros((nb, nb)), np.zeros(nb), np.zeros(nb), np.zeros(nb),
             kinds, horizons, lows, highs, fams[0].cols.astype(np.int64))
     return fill_envelope_rows, args

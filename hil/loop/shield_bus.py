@@ -20,7 +20,23 @@ supervisor_silence_s: the fallback acts ("fallback:supervisor_silent"), the runt
 alarm, until a decision arrives again (fail closed; also before the first decision).
 
 Each step's source is the recording's column `shield.source` (codes: SOURCE_NAMES) and a
-counter of the summary's `bus` section. Per-step actions no longer cross the bus; a forged or
+counter of the summary's `bus` section.
+
+Who made a fallback step (the summary's `bus` counters): a step on "fallback:late" or
+"fallback:supervisor_silent" is the sender's fault when nothing that would have prevented it had
+been SENT by the time the loop looked (the header's wall_ns: time.time_ns() at encode, the same
+clock on one machine), and the transport's when it had (in flight, queued in the socket, or
+waiting for the loop's next look: the loop takes decisions every `every` steps). The steps of
+a late (silent) spell are classified when the next proposal (decision) is taken: transport if
+that message answers an observation recent enough to have been valid at the step
+(k - max_age_steps <= its step <= k) and was sent before the loop's look at that step, else the
+policy (supervisor). A spell no message ends (the run stops) is the sender's.
+
+    shield_late_policy_steps, shield_late_transport_steps          (sum: fallback_late steps)
+    shield_silent_supervisor_steps, shield_silent_transport_steps  (after the first decision;
+                                                                    before it: startup)
+    proposal_transit_us_max / supervisor_transit_us_max            wall_ns at send to the loop's
+                                                                   take, of the messages applied Per-step actions no longer cross the bus; a forged or
 replayed proposal or decision is dropped and counted by its Receiver like every bus message.
 
 Lockstep: before step k, when a proposal is due for observation k-1 (every
@@ -39,6 +55,7 @@ dict and its arrays) is the largest part left.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -46,11 +63,39 @@ import zmq
 
 from hil.bus import DRAIN_CAP, LoopBusEndpoint, drain, open_socket
 from hil.bus.wire import Receiver, max_frame_bytes, payload_schema
-from hil.loop.shield import FALLBACK_MODE, FALLBACK_UNKNOWN, SOURCE_NAMES as KERNEL_SOURCES, Shield
+from hil.loop.shield import FALLBACK_LATE, FALLBACK_MODE, FALLBACK_UNKNOWN, SOURCE_NAMES as KERNEL_SOURCES, Shield
 
 FALLBACK_SILENT = len(KERNEL_SOURCES)  # the supervisor is silent (or has not spoken yet)
 SOURCE_NAMES = (*KERNEL_SOURCES, "fallback:supervisor_silent")
 SOURCE_COLUMN = "shield.source"
+_SPELL_CAP = 4096  # fallback steps of one spell kept for classification (beyond: the sender's)
+
+
+def fifo_io_threads(priority: int) -> tuple[int, str | None]:
+    """SCHED_FIFO `priority` for this process's zmq I/O threads (named "ZMQbg/IO/<n>" by libzmq):
+    (threads raised, warning or None). The loop raises only its own thread to SCHED_FIFO
+    (hil/loop/rt.py), while every proposal and supervisor decision reaches the loop's sockets
+    through the context's I/O thread: left at normal priority on a loaded machine it waits for
+    a CPU for milliseconds (25 ms seen: configs/panda_policy.toml, load 7, 125 of 314 late
+    steps with the proposal already sent). The policy and safety processes raise all their
+    threads already (hil/safety/launch.py)."""
+    raised = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError as exc:
+        return 0, f"shield: the zmq I/O threads could not be listed ({exc.strerror or exc})"
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if not f.read().startswith("ZMQbg/IO"):
+                    continue
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
+            raised += 1
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+        except OSError as exc:
+            return raised, f"shield: SCHED_FIFO {priority} for the zmq I/O threads refused ({exc.strerror or exc})"
+    return raised, None
 
 
 def _by_step(msg) -> tuple:
@@ -105,6 +150,15 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         self._out = np.zeros(n)
         self.last_code = FALLBACK_SILENT
         self.code_counts = [0] * len(SOURCE_NAMES)  # steps per source (a list: cheaper per step than numpy)
+        self._look_ns = 0  # time.time_ns() when this step's sockets were looked at (drained)
+        self._late_spell: list = []    # (k the shield checked, look ns) of the fallback:late steps not yet classified
+        self._silent_spell: list = []  # look ns of the supervisor-silent steps (after a first decision) not classified
+        self._blame = {"late_policy": 0, "late_transport": 0, "silent_supervisor": 0, "silent_transport": 0,
+                       "silent_startup": 0}
+        self._transit_max_ns = {"proposal": 0, "supervisor": 0}
+        self._io_checked = False  # the zmq I/O threads' scheduling looked at (first real-time step)
+        self.io_threads_fifo = 0
+        self.io_warning = None
         self._y = self._u = None
         self._c.update({"supervisor_decisions": 0, "supervisor_silences": 0,
                         "lockstep_proposal_timeouts": 0})
@@ -132,6 +186,9 @@ class ShieldBusEndpoint(LoopBusEndpoint):
     def before_step(self, step: int, t_s: float, u_cmd: np.ndarray, lockstep: bool) -> None:
         """Write the shield's action for this step into u_cmd (bus-driven inputs, plant units)."""
         self._lockstep = lockstep
+        if not self._io_checked and not lockstep:
+            self._raise_io_threads()
+        self._look_ns = time.time_ns()
         self._take_proposals()
         if step % self.every == 0 or self.silent:  # decisions come at the policy's rate at most
             self._take_decisions(step)
@@ -152,7 +209,58 @@ class ShieldBusEndpoint(LoopBusEndpoint):
             self.shield.refresh(self._y)  # the family's precomputed terms, if its fill flagged them stale (a trip)
         self.last_code = code
         self.code_counts[code] += 1
+        if code == FALLBACK_LATE:
+            self._spell(self._late_spell, (step - 1, self._look_ns), "late_policy")
+        elif code == FALLBACK_SILENT:
+            if self._decision_arrival is None:
+                self._blame["silent_startup"] += 1
+            else:
+                self._spell(self._silent_spell, self._look_ns, "silent_supervisor")
         self._in_fallback = code > 1
+
+    def _raise_io_threads(self) -> None:
+        """Once, at the first real-time step (the loop has its scheduling by then): when the loop
+        thread runs at SCHED_FIFO p, the zmq I/O threads get p - 1 (`fifo_io_threads`)."""
+        self._io_checked = True
+        try:
+            if os.sched_getscheduler(0) != os.SCHED_FIFO:
+                return
+            prio = os.sched_getparam(0).sched_priority
+        except (AttributeError, OSError):
+            return
+        self.io_threads_fifo, self.io_warning = fifo_io_threads(max(1, prio - 1))
+
+    def _spell(self, spell: list, entry, sender_key: str) -> None:
+        """One more step of a fallback spell, classified when the next message is taken (a spell
+        longer than _SPELL_CAP steps: the sender is silent, the rest is its)."""
+        if len(spell) < _SPELL_CAP:
+            spell.append(entry)
+        else:
+            self._blame[sender_key] += 1
+
+    def _end_late_spell(self, msg) -> None:
+        """A proposal was taken: the late steps it would have served had the loop had it."""
+        s, sent = msg.step, msg.wall_ns
+        transport = 0
+        for k, look in self._late_spell:
+            if k - self.max_age_steps <= s <= k and sent <= look:
+                transport += 1
+        self._blame["late_transport"] += transport
+        self._blame["late_policy"] += len(self._late_spell) - transport
+        self._late_spell.clear()
+
+    def _end_silent_spell(self, msg) -> None:
+        """A decision was taken: the silent steps it would have ended had the loop had it."""
+        sent = msg.wall_ns
+        transport = sum(1 for look in self._silent_spell if sent <= look)
+        self._blame["silent_transport"] += transport
+        self._blame["silent_supervisor"] += len(self._silent_spell) - transport
+        self._silent_spell.clear()
+
+    def _transit(self, which: str, msg) -> None:
+        dt = time.time_ns() - msg.wall_ns
+        if dt > self._transit_max_ns[which]:
+            self._transit_max_ns[which] = dt
 
     @property
     def last_source(self) -> str:
@@ -198,6 +306,9 @@ class ShieldBusEndpoint(LoopBusEndpoint):
             return
         self.proposal[:] = newest.payload["a"]
         self.proposal_step = newest.step
+        self._transit("proposal", newest)
+        if self._late_spell:
+            self._end_late_spell(newest)
 
     def _take_decisions(self, step: int) -> None:
         """The newest valid supervisor decision (its band goes into the shield's envelope)."""
@@ -211,6 +322,9 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         self.decision_step = max(self.decision_step, newest.step)
         self._decision_arrival = step
         self._c["supervisor_decisions"] += 1
+        self._transit("supervisor", newest)
+        if self._silent_spell:
+            self._end_silent_spell(newest)
 
     def _wait_lockstep(self, step: int, due: int) -> None:
         """Lockstep: wait (bounded) for the supervisor's decision on observation `due` and, when
@@ -241,6 +355,15 @@ class ShieldBusEndpoint(LoopBusEndpoint):
         for i, name in enumerate(SOURCE_NAMES):
             out[_counter(name)] = self.code_counts[i]
         out["proposals_applied"] = self.code_counts[0] + self.code_counts[1]
+        b = self._blame  # spells still open: no message ended them, the sender's
+        out["shield_late_policy_steps"] = b["late_policy"] + len(self._late_spell)
+        out["shield_late_transport_steps"] = b["late_transport"]
+        out["shield_silent_supervisor_steps"] = b["silent_supervisor"] + len(self._silent_spell)
+        out["shield_silent_transport_steps"] = b["silent_transport"]
+        out["shield_silent_startup_steps"] = b["silent_startup"]
+        out["proposal_transit_us_max"] = self._transit_max_ns["proposal"] // 1000
+        out["zmq_io_threads_fifo"] = self.io_threads_fifo
+        out["supervisor_transit_us_max"] = self._transit_max_ns["supervisor"] // 1000
         for k, v in self._prop_rx.counters.items():
             out[f"proposal_{k}"] = v
         for k, v in self._sup_rx.counters.items():
@@ -253,7 +376,8 @@ class ShieldBusEndpoint(LoopBusEndpoint):
                 "supervisor": {"mode": self.mode, "allow_policy": self.allow, "silent": self.silent,
                                "decision_step": self.decision_step},
                 "proposal_step": self.proposal_step if self.proposal_step >= 0 else None,
-                "every_steps": self.every, "max_age_steps": self.max_age_steps}
+                "every_steps": self.every, "max_age_steps": self.max_age_steps,
+                "zmq_io_threads_fifo": self.io_threads_fifo, "zmq_io_warning": self.io_warning}
 
     def _sockets(self) -> list:
         extra = [s for s in (getattr(self, "_prop_sock", None), getattr(self, "_sup_sock", None)) if s is not None]

@@ -40,6 +40,7 @@ from hil.atomic import write_json_atomic
 from hil.bus import (QUALITY_BAD, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
 from hil.bus.config import action_input_names
+from hil.bus.wire import peek_step
 from hil.confine import confine_self  # noqa: F401  (the policy process's confinement; was defined here)
 from hil.policy.features import FeatureMap
 from hil.policy.loader import LoadedPolicy, load_policy
@@ -215,6 +216,9 @@ class PolicyRunner:
                     # its rate wins (every step without [policy] rate_hz)
                     newest = None
                     for raw in [first, *drain(obs)]:
+                        if every > 1 and (peek_step(raw) or 0) % every:  # off our rate: not decoded
+                            counters["obs_skipped_rate"] += 1
+                            continue
                         msg = decode(raw)
                         if msg is None:
                             continue

@@ -43,6 +43,7 @@ import zmq
 from hil.bus import (DRAIN_CAP, MAX_CONTROL_BYTES, QUALITY_BAD, QUALITY_UNCERTAIN, Receiver, Sender, drain, open_socket, payload_schema, process_alive,
                      send_nowait, send_retry)
 from hil.bus.auth import TAG_BYTES, ControlAuth, channel_key, sign
+from hil.bus.wire import peek_step
 
 CONTROL_REQUESTS_PER_WAKE = 16  # operator requests answered per wake-up (the rest wait for the next)
 
@@ -341,6 +342,8 @@ class SafetyProcess:
                 if obs_sock in events:
                     newest = None
                     for raw in drain(obs_sock, ready=True):
+                        if in_loop and every > 1 and (peek_step(raw) or 0) % every:
+                            continue  # off the policy's rate: not even decoded (hil/bus/wire.py peek_step)
                         msg = obs_decode(raw)
                         if msg is not None and in_loop and msg.step % every:
                             continue  # no proposal answers it ([policy] rate_hz): nothing to decide

@@ -351,11 +351,16 @@ def minv_after_aba(parent, jtype, E, r, U, D, f, acc, tmp, Minv):
     overwritten), tmp (6,). Minv (nb, nb), in 1/(kg m^2) for revolute joints."""
     nb = D.size
     for j in range(nb):
-        for i in range(nb):
+        # bodies after j (parent[i] < i: none of them supports j) see no force in column j:
+        # u_i = 0 and nothing reaches their parents, so the bias pass starts at j (the same
+        # sums as a pass over all bodies: it only skipped adding zeros)
+        for i in range(j + 1):
             for k in range(6):
                 f[i, k] = 0.0
+        for i in range(j + 1, nb):
+            acc[i, 2 if jtype[i] == 0 else 5] = 0.0
         # bias pass: pa_i = f_i + U_i u_i / D_i with u_i = tau_i - S^T f_i (c = 0, no velocity)
-        for i in range(nb - 1, -1, -1):
+        for i in range(j, -1, -1):
             s = 2 if jtype[i] == 0 else 5
             ui = (1.0 if i == j else 0.0) - f[i, s]
             acc[i, s] = ui  # keep u_i (acc is rebuilt below)

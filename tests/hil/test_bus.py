@@ -642,3 +642,20 @@ def test_the_action_socket_refuses_frames_over_the_largest_legal_action(rig):
     finally:
         flood.close(0)
         ctx.term()
+
+
+def test_peek_step_reads_the_header_step_of_every_kind_and_checks_nothing():
+    from hil.bus.wire import peek_step
+
+    for step in (-1, 0, 3, 4, 123456789):
+        obs = Sender("obs", KEY).encode(step, 1.0, {"y": [0.0] * N_OUT, "q": [0] * N_OUT, "u": [0.0] * N_IN,
+                                                    "lockstep": False})
+        assert peek_step(obs) == step
+        sup = Sender("supervisor", KEY).encode_supervisor(step, 1.0, True, np.zeros(2), np.ones(2), "full", "r")
+        assert peek_step(sup) == step
+    forged = bytearray(obs)
+    forged[-1] ^= 1  # a bad tag: peek_step still reads the field (it is for skipping only) ...
+    assert peek_step(bytes(forged)) == 123456789
+    rx = Receiver("obs", payload_schema("obs", N_OUT, N_IN, 0), KEY)
+    assert rx.decode(bytes(forged)) is None and rx.counters["dropped_auth"] == 1  # ... decode refuses it
+    assert peek_step(obs[:47]) is None  # shorter than a header

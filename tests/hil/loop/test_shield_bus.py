@@ -177,3 +177,110 @@ def test_forged_and_replayed_supervisor_decisions_change_nothing(ep):
     assert _step(ep, 16)[0] == FALLBACK_MODE
     c = ep.ep.counters()
     assert c["supervisor_dropped_auth"] == 2 and c["supervisor_dropped_replay"] == 1, c
+
+
+def _late_spell(ns, send_stamped_early: bool):
+    """Proposal 0 applied through step 9; the policy's proposal answering observation 3 reaches
+    the loop only after steps 10 and 11 fell back (late). It was stamped (encoded: wall_ns)
+    before those steps looked at the socket (`send_stamped_early`: held in transit) or after
+    them (the policy sent it late). Step 12 applies it (3 >= 11 - 8)."""
+    _publish(ns, 0)
+    _decide(ns, 0)
+    _propose(ns, 0, _a(ns, 0.05))
+    held = None
+    codes = {}
+    for k in range(1, 12):
+        _publish(ns, k - 1)
+        if k == 4:
+            _decide(ns, 3)
+            if send_stamped_early:
+                held = ns.policy.encode_proposal(3, 3e-3, _a(ns, 0.06), None, "v1", 10.0)
+        codes[k], _ = _step(ns, k)
+    assert codes[10] == codes[11] == FALLBACK_LATE, codes
+    ns.prop.send(held if send_stamped_early else ns.policy.encode_proposal(3, 3e-3, _a(ns, 0.06), None, "v1", 10.0))
+    _publish(ns, 11)
+    code, app = _step(ns, 12)
+    assert code in (POLICY, PROJECTED) and app[ns.grip] == pytest.approx(0.06)
+    return ns.ep.counters()
+
+
+def test_late_steps_a_proposal_sent_in_time_would_have_served_count_as_transport(ep):
+    c = _late_spell(ep, send_stamped_early=True)
+    assert c["shield_fallback_late_steps"] == 2
+    assert c["shield_late_transport_steps"] == 2 and c["shield_late_policy_steps"] == 0
+    assert c["proposal_transit_us_max"] >= 5000  # held over the two late steps (>= 5 ms of sleeps each)
+
+
+def test_late_steps_of_a_policy_that_sent_late_count_as_the_policy(ep):
+    c = _late_spell(ep, send_stamped_early=False)
+    assert c["shield_fallback_late_steps"] == 2
+    assert c["shield_late_policy_steps"] == 2 and c["shield_late_transport_steps"] == 0
+
+
+def test_a_late_spell_no_proposal_ends_is_the_policy_s(ep):
+    _publish(ep, 0)
+    _decide(ep, 0)
+    _propose(ep, 0, _a(ep))
+    for k in range(1, 13):
+        _publish(ep, k - 1)
+        if k % 4 == 0:
+            _decide(ep, k - 1)
+        _step(ep, k)
+    c = ep.ep.counters()
+    assert c["shield_fallback_late_steps"] == 3 and c["shield_late_policy_steps"] == 3
+    assert c["shield_late_transport_steps"] == 0
+
+
+def test_silent_steps_a_decision_sent_in_time_would_have_ended_count_as_transport(ep):
+    silence = ep.ep.silence_steps
+    _publish(ep, 0)
+    _decide(ep, 0)
+    _propose(ep, 0, _a(ep))
+    held = None
+    codes = []
+    for k in range(1, silence + 5):
+        _publish(ep, k - 1)
+        if k % 4 == 0:
+            _propose(ep, k - 1, _a(ep))
+        if k == silence:  # stamped before the silence begins (step silence + 2), delivered after
+            held = ep.safety.encode_supervisor(k - 1, (k - 1) * 1e-3, True, np.full(ep.n, -np.inf),
+                                               np.full(ep.n, np.inf), "full", "test")
+        codes.append(_step(ep, k)[0])
+    silent = codes.count(FALLBACK_SILENT)
+    assert silent >= 2, codes[-6:]
+    ep.sup.send(held)
+    k = silence + 5
+    _publish(ep, k - 1)
+    assert _step(ep, k)[0] in (POLICY, PROJECTED)
+    c = ep.ep.counters()
+    assert c["shield_silent_transport_steps"] == silent and c["shield_silent_supervisor_steps"] == 0
+    assert c["shield_fallback_supervisor_silent_steps"] == silent
+
+
+def test_fifo_io_threads_raises_exactly_this_process_s_zmq_io_threads():
+    import os
+
+    from hil.loop.shield_bus import fifo_io_threads
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)  # the context's I/O thread starts with the first socket ...
+    try:
+        io = []
+        deadline = time.monotonic() + 10.0
+        while not io and time.monotonic() < deadline:  # ... and names itself once it runs
+            io = [int(t) for t in os.listdir("/proc/self/task")
+                  if open(f"/proc/self/task/{t}/comm").read().startswith("ZMQbg/IO")]
+            time.sleep(0.01)
+        assert io
+        raised, warning = fifo_io_threads(1)
+        if warning is not None:  # no CAP_SYS_NICE / rtprio here: refused and said so, nothing raised
+            assert "SCHED_FIFO 1" in warning and raised == 0
+        else:
+            assert raised == len(io)
+            assert all(os.sched_getscheduler(t) == os.SCHED_FIFO for t in io)
+            assert os.sched_getscheduler(0) != os.SCHED_FIFO  # the calling (test) thread untouched
+            for t in io:
+                os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
+    finally:
+        sock.close(0)
+        ctx.term()
