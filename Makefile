@@ -38,6 +38,8 @@ RECORD = $(BIN)/python benchmarks/results.py record
 
 bench: $(STAMP)
 	$(RECORD) loop_jitter -- $(BIN)/python benchmarks/loop_jitter.py
+	$(RECORD) loop_jitter_10k -- $(BIN)/python benchmarks/loop_jitter.py --rate 10000 --duration 10
+	$(RECORD) loop_jitter_20k -- $(BIN)/python benchmarks/loop_jitter.py --rate 20000 --duration 10
 	$(RECORD) plant_speed -- $(BIN)/python benchmarks/plant_speed.py
 	$(RECORD) gap_cost -- $(BIN)/python benchmarks/gap_cost.py
 	$(RECORD) loop_overhead -- $(BIN)/python benchmarks/loop_overhead.py
