@@ -36,7 +36,8 @@ import numpy as np
 
 
 def residual_box(scenario, names: list[str], a_lo: np.ndarray, a_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Physical bounds of the actions narrowed to [safety.projection].box."""
+    """Physical bounds of the actions narrowed to [safety.projection].box (plant units); also the
+    ES example's action box (hil/gym/train_example.py)."""
     lo, hi = np.array(a_lo, dtype=np.float64), np.array(a_hi, dtype=np.float64)
     if scenario.safety is not None:
         for j, n in enumerate(names):

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hil.gym.residual import residual_box  # the action bounds narrowed to [safety.projection].box
+
 
 class MemberLayout:
     """Flat parameter vector <-> one member's (W0, W1, b1, W2, b2)."""
@@ -73,16 +75,6 @@ def feature_floor(spec, features: list[str]) -> np.ndarray:
         is_delta, sig = split_feature(name)
         out.append((1e-3 if is_delta else 1e-2) * signal_span(spec, sig))
     return np.array(out)
-
-
-def _box(scenario, names, lo, hi):
-    lo, hi = lo.copy(), hi.copy()
-    if scenario.safety is not None:
-        for j, n in enumerate(names):
-            if n in scenario.safety.projection.box:
-                b_lo, b_hi = scenario.safety.projection.box[n]
-                lo[j], hi[j] = max(lo[j], b_lo), min(hi[j], b_hi)
-    return lo, hi
 
 
 def rollout_returns(venv, act_fn, seeds, n_steps):
@@ -179,7 +171,7 @@ def train(config: str, *, out: str, generations: int = 40, pairs: int = 16, epis
     m = venv.model
     names, feats = venv.action_names, venv.feature_names
     res_idx = np.array([feats.index(f"u.{a}") for a in names])  # residual on the applied actions
-    lo, hi = _box(sc, names, m.a_lo, m.a_hi)
+    lo, hi = residual_box(sc, names, m.a_lo, m.a_hi)
     span = m.a_hi - m.a_lo
     y_std = 0.01 * span  # one unit of output = 1 % of the input's span per step
     f, a = len(feats), len(names)
