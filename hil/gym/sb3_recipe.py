@@ -2,7 +2,7 @@
 same held-out evaluation as hil.gym.train_example (needs the `rl` extra).
 
     python -m hil.gym.sb3_recipe configs/bioreactor_gym.toml --out runs/sb3 --open-loop base_flow \
-        --scale 0.05,0.01 --max-wall-s 900                                            # the recipe that wins
+        --scale 0.05,0.01 --lr 3e-4 --eval-episodes 16 --max-wall-s 900               # the recipe that wins
     python -m hil.gym.sb3_recipe configs/bioreactor_gym.toml --out /tmp/s --timesteps 512 \
         --n-envs 2 --n-steps 128 --episode-s 120 --eval-every 0                       # a smoke run
 
