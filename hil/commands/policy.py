@@ -135,8 +135,15 @@ FORMATS = {".zip": "sb3", ".onnx": "onnx", ".pt": "torchscript", ".pth": "torchs
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--known-good", is_flag=True, help="Record as known-good (default: a candidate).")
 @click.option("--notes", default="")
+@click.option("--residual-scale", default=None, metavar="S[,S...]",
+              help="SB3: a residual model (hil.gym.residual): its [-1, 1] output is a correction of this fraction "
+                   "of each input's span (one value, or one per action in the env's order) added to the "
+                   "[safety.fallback] PID block's command.")
+@click.option("--residual-track", is_flag=True, help="The residual's PID tracks the decided action (as trained).")
+@click.option("--residual-open-loop", multiple=True, metavar="INPUT",
+              help="The residual rides on [safety.fallback] with this input's loop open (held at its bias).")
 def import_cmd(model, config, out, fmt, vecnormalize, action_map, heads, algo, version, rollout_steps, seed,
-               known_good, notes) -> None:
+               known_good, notes, residual_scale, residual_track, residual_open_loop) -> None:
     """Import a model trained on CONFIG's gym env (an SB3 zip, an ONNX or a TorchScript file) as a
     policy version."""
     from pathlib import Path
@@ -161,8 +168,16 @@ def import_cmd(model, config, out, fmt, vecnormalize, action_map, heads, algo, v
                 raise click.ClickException("--action-map: an SB3 zip's mapping comes from its algorithm")
             from hil.policy.importer import import_sb3
 
-            vdir = import_sb3(model, sc, out, vecnormalize_path=vecnormalize, algo=algo, **common)
+            try:
+                scale = None if residual_scale is None else [float(v) for v in residual_scale.split(",")]
+            except ValueError:
+                raise click.ClickException(f"--residual-scale: {residual_scale!r} is not numbers") from None
+            residual = None if scale is None else {
+                "scale": scale, "track": residual_track, "open_loops": list(residual_open_loop)}
+            vdir = import_sb3(model, sc, out, vecnormalize_path=vecnormalize, algo=algo, residual=residual, **common)
         else:
+            if residual_scale is not None or residual_track or residual_open_loop:
+                raise click.ClickException("--residual-*: residual models are imported from an SB3 zip")
             from hil.policy.import_graph import import_onnx, import_torchscript
 
             fn = import_onnx if fmt == "onnx" else import_torchscript
@@ -173,6 +188,10 @@ def import_cmd(model, config, out, fmt, vecnormalize, action_map, heads, algo, v
 
     meta = PolicyStore(out).meta(vdir.name)
     click.echo(f"{vdir}: kind {meta['kind']}, {'known-good' if known_good else 'candidate'}")
+    if meta.get("residual"):
+        r = meta["residual"]
+        click.echo(f"  residual on the PID block: correction amplitude {r['amplitude']} (plant units, "
+                   f"{', '.join(meta['actions'])}), track {r['track']}")
     unc = meta.get("uncertainty")
     if unc:
         sc_b = unc["scores_on_buffer"]

@@ -21,6 +21,13 @@ to the command of the baseline controller ([safety.fallback], the SoftPLC's PID 
 - `correction` in [-1, 1] per action (the policy's output space), `scale` the largest
   correction as a fraction of each input's span (the physical bounds hi - lo of the spec).
 - `lo, hi`: the physical bounds narrowed to [safety.projection].box.
+- `fallback` (default: the scenario's [safety.fallback]): the controller the residual rides on,
+  a `FallbackSection`. `open_loops(section, inputs)` opens the named loops (each input held at
+  its loop's bias, a `fixed` value): on this scenario the pH loop follows a biased electrode
+  (the per-episode `[gaps.randomize.sensors.ph]` bias) and so holds the true pH off 5.0 in
+  most episodes; the PID DO loop with the base flow held at its bias scores -74.1 on the
+  validation seeds against the full PID block's -108.5 (docs/guides/train-then-prove.md).
+  What a deployed residual rides on is recorded in its `meta.json` (hil/policy/residual.py).
 
 With a zero correction the actions are the baseline's bit for bit, so the env reproduces the
 baseline's held-out return exactly (tested): a policy initialised at zero correction starts
@@ -47,12 +54,31 @@ def residual_box(scenario, names: list[str], a_lo: np.ndarray, a_hi: np.ndarray)
     return lo, hi
 
 
+def open_loops(section, inputs):
+    """`section` (a FallbackSection) with the loops of `inputs` removed and each such input
+    held at its loop's bias (clipped to the loop's output range), as a `fixed` value."""
+    inputs = list(inputs or ())
+    loops = {lp.input: lp for lp in section.loops}
+    unknown = [n for n in inputs if n not in loops]
+    if unknown:
+        raise ValueError(f"open_loops: {', '.join(unknown)} has no [[safety.fallback.loops]] loop "
+                         f"(loops: {', '.join(loops) or 'none'})")
+    fixed = dict(section.fixed)
+    for n in inputs:
+        lp = loops[n]
+        lo = -np.inf if lp.out_min is None else lp.out_min
+        hi = np.inf if lp.out_max is None else lp.out_max
+        fixed[n] = float(min(max(lp.bias, lo), hi))
+    return section.model_copy(update={"loops": [lp for lp in section.loops if lp.input not in inputs],
+                                      "fixed": fixed})
+
+
 class ResidualActions:
     """Baseline + bounded correction for every instance of a HilVectorEnv (module docstring)."""
 
-    def __init__(self, venv, scale: float | np.ndarray = 0.1, track: bool = False):
+    def __init__(self, venv, scale: float | np.ndarray = 0.1, track: bool = False, fallback=None):
         sc = venv.model.scenario
-        if sc.safety is None:
+        if fallback is None and sc.safety is None:
             raise ValueError(f"scenario {sc.name!r}: residual actions need a baseline controller "
                              "([safety.fallback]), and it has no [safety] section")
         n_a = len(venv.action_names)
@@ -72,6 +98,7 @@ class ResidualActions:
         self.amplitude = scale * (m.a_hi - m.a_lo)  # plant units of a correction of 1
         self.scale = scale
         self.track = bool(track)
+        self.fallback = sc.safety.fallback if fallback is None else fallback
         self.ctrls: list = [None] * venv.num_envs
         self.first = np.ones(venv.num_envs, dtype=bool)
         self.reset_rows(np.arange(venv.num_envs))
@@ -80,9 +107,8 @@ class ResidualActions:
         """Fresh baseline controllers for these instances (a new episode starts there)."""
         from hil.safety.fallback import FallbackController
 
-        sc = self.venv.model.scenario
         for i in np.asarray(rows, dtype=np.intp).reshape(-1):
-            self.ctrls[i] = FallbackController(sc.safety.fallback, self.venv.model.spec, self.names)
+            self.ctrls[i] = FallbackController(self.fallback, self.venv.model.spec, self.names)
             self.first[i] = True
 
     def baseline(self) -> np.ndarray:
@@ -107,11 +133,11 @@ class ResidualActions:
         return a
 
 
-def residual_act_fn(venv, scale, correction_fn, track: bool = False):
+def residual_act_fn(venv, scale, correction_fn, track: bool = False, fallback=None):
     """act_fn(obs) -> actions for `rollout_returns`/`heldout_evaluation`: the baseline of
     `venv` plus `correction_fn(obs)` (N, a) in [-1, 1]. The controllers start fresh (the
     evaluation resets every instance once, at its start)."""
-    res = ResidualActions(venv, scale, track)
+    res = ResidualActions(venv, scale, track, fallback)
 
     def act(obs):
         return res.actions(correction_fn(obs))
@@ -120,9 +146,10 @@ def residual_act_fn(venv, scale, correction_fn, track: bool = False):
 
 
 def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.1, track: bool = False,
-                          parallel: bool | None = None, overrides: dict | None = None, **kwargs):
+                          fallback=None, parallel: bool | None = None, overrides: dict | None = None, **kwargs):
     """`hil.gym.make_vec(...)` as an SB3 VecEnv whose actions are corrections in [-1, 1] to the
-    scenario's baseline (same arguments as hil.gym.sb3.make_sb3_vec, plus `scale`, `track`)."""
+    scenario's baseline (same arguments as hil.gym.sb3.make_sb3_vec, plus `scale`, `track`,
+    `fallback`)."""
     from hil.gym import make_vec
     from hil.gym.sb3 import HilSB3VecEnv
     from gymnasium import spaces
@@ -130,9 +157,9 @@ def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.
     class ResidualSB3VecEnv(HilSB3VecEnv):
         """HilSB3VecEnv with the correction as its action (see hil.gym.residual)."""
 
-        def __init__(self, venv, scale, track):
+        def __init__(self, venv, scale, track, fallback):
             super().__init__(venv)
-            self.residual = ResidualActions(venv, scale, track)
+            self.residual = ResidualActions(venv, scale, track, fallback)
             a = len(venv.action_names)
             self.action_space = spaces.Box(-1.0, 1.0, shape=(a,), dtype=np.float32)
 
@@ -150,4 +177,5 @@ def make_residual_sb3_vec(path, num_envs: int, *, scale: float | np.ndarray = 0.
                 self.residual.reset_rows(np.flatnonzero(dones))
             return obs, reward, dones, infos
 
-    return ResidualSB3VecEnv(make_vec(path, num_envs, parallel=parallel, overrides=overrides, **kwargs), scale, track)
+    return ResidualSB3VecEnv(make_vec(path, num_envs, parallel=parallel, overrides=overrides, **kwargs), scale, track,
+                             fallback)

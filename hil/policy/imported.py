@@ -52,16 +52,22 @@ def check_sizes(env, n_obs: int | None, n_act: int | None, what: str = "the mode
                             f"({', '.join(env.action_names)})")
 
 
-def rollout(env, act: Callable[[np.ndarray], np.ndarray], steps: int, seed: int) -> np.ndarray:
-    """Features (steps, n_f) the policy meets in the env with itself acting. Raises ImportRefused
-    when an action is not finite or leaves the inputs' physical bounds."""
+def rollout(env, act: Callable[[np.ndarray], np.ndarray], steps: int, seed: int,
+            reset: Callable[[], None] | None = None, actions: list | None = None) -> np.ndarray:
+    """Features (steps, n_f) the policy meets in the env with itself acting (its actions appended
+    to `actions` if given; `reset()` called at every episode start, for a stateful policy).
+    Raises ImportRefused when an action is not finite or leaves the inputs' physical bounds."""
     low, high = env.action_space.low, env.action_space.high
     tol = 1e-6 * (high - low)  # float32 graphs: rounding at the bounds
     feats = []
     obs, _ = env.reset(seed=seed)
+    if reset is not None:
+        reset()
     for k in range(int(steps)):
         feats.append(obs)
         a = np.asarray(act(obs), dtype=np.float64).reshape(-1)
+        if actions is not None:
+            actions.append(a.copy())
         if a.shape != low.shape:
             raise ImportRefused(f"the policy returned {a.shape[0]} action values, the scenario has {low.size} "
                                 f"({', '.join(env.action_names)})")
@@ -74,16 +80,22 @@ def rollout(env, act: Callable[[np.ndarray], np.ndarray], steps: int, seed: int)
         obs, _, term, trunc, _ = env.step(np.clip(a, low, high))
         if term or trunc:
             obs, _ = env.reset()
+            if reset is not None:
+                reset()
     return np.asarray(feats)
 
 
 def write_version(scenario, env, out: str | Path, *, kind: str, files: Callable[[Path], dict],
                   act: Callable[[np.ndarray], np.ndarray], source: str | Path, training: dict,
                   rollout_steps: int = 2000, seed: int = 0, heads: int = 5, version: str | None = None,
-                  known_good: bool = False, notes: str = "") -> Path:
+                  known_good: bool = False, notes: str = "", reset: Callable[[], None] | None = None,
+                  extra_meta: dict | None = None) -> Path:
     """Roll out, fit heads, write `<out>/<version>/` (see the module docstring). `files(vdir)`
-    writes the policy's own files into vdir and returns the meta keys naming them."""
-    X = rollout(env, act, rollout_steps, seed)
+    writes the policy's own files into vdir and returns the meta keys naming them. A stateful
+    policy (a residual: hil/policy/residual.py) gives `reset`; its heads are fitted on the
+    actions it took in the rollout (calling it again on the buffer would advance its state)."""
+    A_roll: list = []
+    X = rollout(env, act, rollout_steps, seed, reset, A_roll)
     n_f = X.shape[1]
     uncertainty = None
     head_model = None
@@ -91,6 +103,8 @@ def write_version(scenario, env, out: str | Path, *, kind: str, files: Callable[
         from hil.policy.heads import fit_heads, scores
 
         def act_batch(Xb):
+            if reset is not None:  # stateful: what it did at those features
+                return np.asarray(A_roll)
             return np.array([act(x) for x in Xb])
 
         try:
@@ -115,6 +129,7 @@ def write_version(scenario, env, out: str | Path, *, kind: str, files: Callable[
             "training": {"source": str(source), "sha256": digest, **training,
                          "stats_rollout_steps": int(rollout_steps), "stats_seed": int(seed)}}
     meta.update(files(vdir))
+    meta.update(extra_meta or {})
     np.savez(vdir / "stats.npz", mean=X.mean(axis=0), cov=np.cov(X, rowvar=False).reshape(n_f, n_f))
     if head_model is not None:
         head_model.save(vdir / "heads.npz")

@@ -13,6 +13,11 @@ What is written into `<out>/vN/` (hil/policy/store.py):
 - `heads.npz` (`heads` >= 2, default 5): bootstrapped heads fitted on that rollout, the
   disagreement signal of a single network (hil/policy/heads.py, hil/policy/imported.py).
 
+A residual model (trained with hil.gym.residual: its actions are corrections in [-1, 1] to a PID
+block's command) is imported with `residual={"scale": ..., "track": ..., "open_loops": [...]}`:
+the network is stored as is (its output the correction) and `meta.json` records the residual
+(hil/policy/residual.py), which the loader wraps around it.
+
 Checked before anything is written: the model's observation and action sizes against the env's,
 its action bounds against the scenario's inputs, every layer a supported one. A network type
 this cannot express (CNN, recurrent, dict observations) is refused with its name.
@@ -125,9 +130,10 @@ def mlp_from_sb3(model, vecnormalize=None) -> MLPPolicy:
 
 def import_sb3(model_path: str | Path, scenario, out: str | Path, *, vecnormalize_path: str | Path | None = None,
                algo: str = "auto", version: str | None = None, rollout_steps: int = 2000, seed: int = 0,
-               heads: int = 5, known_good: bool = False, notes: str = "") -> Path:
+               heads: int = 5, known_good: bool = False, notes: str = "", residual: dict | None = None) -> Path:
     """Import the SB3 model at `model_path` for `scenario` (a validated Scenario with [gym])
-    into the policy directory `out`; returns the version directory. Raises ImportRefused."""
+    into the policy directory `out`; returns the version directory. Raises ImportRefused.
+    `residual`: {"scale", "track", "open_loops"} of a residual model (module docstring)."""
     model = load_sb3(model_path, algo)
     vecnorm = None
     if vecnormalize_path is not None:
@@ -138,12 +144,33 @@ def import_sb3(model_path: str | Path, scenario, out: str | Path, *, vecnormaliz
     env = scenario_env(scenario)
     check_sizes(env, model.observation_space.shape[0] if len(model.observation_space.shape) == 1 else -1,
                 model.action_space.shape[0] if len(model.action_space.shape) == 1 else -1)
-    if not (np.allclose(model.action_space.low, env.action_space.low)
-            and np.allclose(model.action_space.high, env.action_space.high)):
+    if residual is not None:
+        if not (np.allclose(model.action_space.low, -1.0) and np.allclose(model.action_space.high, 1.0)):
+            raise ImportRefused(f"a residual model acts in [-1, 1] (a correction), this one in "
+                                f"{model.action_space.low}..{model.action_space.high}")
+    elif not (np.allclose(model.action_space.low, env.action_space.low)
+              and np.allclose(model.action_space.high, env.action_space.high)):
+        hint = (" (a residual model: give its scale, hil policy import --residual-scale)"
+                if np.allclose(model.action_space.low, -1.0) and np.allclose(model.action_space.high, 1.0) else "")
         raise ImportRefused(f"the model's action bounds {model.action_space.low}..{model.action_space.high} are "
                             f"not the scenario's {env.action_space.low}..{env.action_space.high} "
-                            f"({', '.join(env.action_names)})")
+                            f"({', '.join(env.action_names)}){hint}")
     net = mlp_from_sb3(model, vecnorm)
+    act, reset, extra = net.act, None, None
+    if residual is not None:
+        from hil.gym.residual import open_loops
+        from hil.policy.residual import ResidualPolicy, check_measurements_are_features, residual_meta
+
+        if scenario.safety is None:
+            raise ImportRefused(f"scenario {scenario.name!r} has no [safety.fallback]: no PID block to ride on")
+        try:
+            section = open_loops(scenario.safety.fallback, residual.get("open_loops") or ())
+            check_measurements_are_features(section, list(env.feature_names), env.model.spec)
+            rmeta = residual_meta(scenario, env, residual["scale"], bool(residual.get("track", False)), section)
+        except ValueError as exc:
+            raise ImportRefused(f"residual: {exc}") from None
+        res = ResidualPolicy(net.act, rmeta, env.model.spec, list(env.feature_names), list(env.action_names))
+        act, reset, extra = res.act, res.reset, {"residual": rmeta}
 
     def files(vdir: Path) -> dict:
         net.save(vdir / "policy.npz")
@@ -152,6 +179,6 @@ def import_sb3(model_path: str | Path, scenario, out: str | Path, *, vecnormaliz
     training = {"algorithm": type(model).__name__,
                 "vecnormalize": str(vecnormalize_path) if vecnormalize_path else None,
                 "layers": [f"{W.shape[0]}x{W.shape[1]} {a}" for W, a in zip(net.W, net.acts)], "squash": net.squash}
-    return write_version(scenario, env, out, kind="mlp", files=files, act=net.act, source=model_path,
+    return write_version(scenario, env, out, kind="mlp", files=files, act=act, source=model_path,
                          training=training, rollout_steps=rollout_steps, seed=seed, heads=heads, version=version,
-                         known_good=known_good, notes=notes)
+                         known_good=known_good, notes=notes, reset=reset, extra_meta=extra)

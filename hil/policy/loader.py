@@ -11,7 +11,10 @@ order of `features`) to an action vector (plant units, in the order of `actions`
 - a stored version (hil/policy/store.py): kind mlp_ensemble (policy.npz), mlp (an imported network,
   hil/policy/mlp.py), entry, or onnx (with `io`: the recorded normalization and action mapping,
   hil/policy/graph_io.py). An `uncertainty` of kind bootstrap_heads in meta.json adds the
-  version's heads (hil/policy/heads.py) as the members of its single network.
+  version's heads (hil/policy/heads.py) as the members of its single network. A `residual`
+  in meta.json (an imported residual model) wraps the network in hil/policy/residual.py: `act`
+  is then the PID block's command plus the network's correction, and `residual` is set (the
+  policy process feeds it each observation's measured outputs and applied inputs).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class LoadedPolicy:
     meta: dict = field(default_factory=dict)
     action_is_member_mean: bool = False  # act(x) == act_members(x).mean(0): compute members once
     target: object = None  # an entry policy's object (its `period_s`, if declared, is set by the runner)
+    residual: object = None  # hil.policy.residual.ResidualPolicy of a residual version (act is its act)
 
 
 def _entry_object(entry: str):
@@ -105,8 +109,9 @@ def load_onnx(path: str, features, actions, version: str | None = None, io_path=
                         act_members if members_name else None)
 
 
-def load_version(store: PolicyStore, version: str) -> LoadedPolicy:
-    """Load version `version` (vN) of a policy store."""
+def load_version(store: PolicyStore, version: str, spec=None) -> LoadedPolicy:
+    """Load version `version` (vN) of a policy store. `spec`: the plant's (a residual version's
+    PID block reads it; default: the spec of meta.json's `plant`)."""
     meta = store.meta(version)
     kind = meta["kind"]
     path = store.path(version)
@@ -126,6 +131,15 @@ def load_version(store: PolicyStore, version: str) -> LoadedPolicy:
         if net.n_features != len(features) or net.n_actions != len(actions):
             raise ValueError(f"{path}: the network does not match {len(features)} features / {len(actions)} actions")
         pol = LoadedPolicy(version, kind, features, actions, net.act, None, meta)
+        if meta.get("residual"):
+            from hil.policy.residual import ResidualPolicy
+
+            if spec is None:
+                from plants.base import load_plant
+
+                spec = load_plant(meta["plant"]).spec
+            pol.residual = ResidualPolicy(net.act, meta["residual"], spec, features, actions)
+            pol.act = pol.residual.act
     elif kind == "entry":
         pol = load_entry(meta["entry"], features, actions, version)
     elif kind == "onnx":
@@ -155,13 +169,14 @@ def _attach_heads(pol: LoadedPolicy, path, meta: dict) -> None:
     pol.act_members = CentredHeads(pol.act, heads).act_members
 
 
-def load_policy(section, scenario_path: str | None = None, version: str | None = None) -> LoadedPolicy:
-    """The policy a [policy] section names (`version` overrides section.version)."""
+def load_policy(section, scenario_path: str | None = None, version: str | None = None, spec=None) -> LoadedPolicy:
+    """The policy a [policy] section names (`version` overrides section.version; `spec`: the
+    plant's, for a residual version)."""
     from hil.safety.config import resolve_path
 
     if section.directory:
         store = PolicyStore(resolve_path(section.directory, scenario_path))
-        return load_version(store, store.resolve(version or section.version))
+        return load_version(store, store.resolve(version or section.version), spec)
     if section.entry:
         return load_entry(section.entry, section.features, section.inputs)
     return load_onnx(str(resolve_path(section.onnx, scenario_path)), section.features, section.inputs)

@@ -76,7 +76,7 @@ class PolicyRunner:
                          "version_switches": 0, "obs_skipped_rate": 0, "proposals_unsent_loop": 0}
         self.last_error = ""
         self.policy: LoadedPolicy
-        self._install(load_policy(scenario.policy, scenario_path, version))
+        self._install(load_policy(scenario.policy, scenario_path, version, self.spec))
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -87,6 +87,8 @@ class PolicyRunner:
             self.policy.act(x)
         except Exception:
             pass
+        if self.policy.residual is not None:  # the warm-up call ran its PID: start afresh
+            self.policy.residual.reset()
 
     def _install(self, pol: LoadedPolicy) -> None:
         actions = pol.actions or self.action_names
@@ -114,7 +116,7 @@ class PolicyRunner:
         if wanted == self.policy.version:
             return
         try:
-            self._install(load_policy(self.scenario.policy, self.scenario_path, wanted))
+            self._install(load_policy(self.scenario.policy, self.scenario_path, wanted, self.spec))
             self.counters["version_switches"] += 1
             print(f"policy: switched to {wanted} ({msg.payload['reason']})", file=sys.stderr, flush=True)
         except Exception as exc:  # keep the current version; the safety keeps refusing it
@@ -134,6 +136,8 @@ class PolicyRunner:
         pol = self.policy
         try:
             x = self.features.build(p["y"], p["u"])
+            if pol.residual is not None:  # its PID block runs once per observation, as in the gym env
+                pol.residual.observe(p["y"], p["u"], msg.step)
             members = None
             if pol.act_members is not None:
                 members = np.asarray(pol.act_members(x), dtype=np.float64)

@@ -126,6 +126,8 @@ def test_sb3_recipe_smoke(tmp_path):
     assert rec["steps"] >= 256 and [h["steps"] for h in rec["validation"]][0] == 0
     assert np.isfinite(rec["policy_return"])
     assert rec["beats_baseline"] == (rec["policy_return"] > rec["baseline_return"])
+    assert rec["rides_on_return"] == round(float(ev["policy"]["mean"]), 3)  # nothing open: the baseline
+    assert "--residual-scale 0.1" in rec["import_command"] and rec["steps_per_s"] > 0
     for f in ("ppo_best.zip", "vecnormalize_best.pkl", "ppo_last.zip", "result.json"):
         assert (tmp_path / f).is_file()
     with pytest.raises(ValueError, match="n_envs"):
@@ -151,3 +153,30 @@ def test_track_carries_a_correction_into_the_pid():
     amp = 0.01 * (v.model.a_hi - v.model.a_lo)[ia]
     assert np.array_equal(out[True][0], out[False][0])  # the first decision: same PID, same kick
     assert out[True][1][0, ia] - out[False][1][0, ia] == pytest.approx(amp, rel=1e-9)
+
+
+def test_open_loops_holds_the_input_at_its_loop_bias():
+    """open_loops: the named loop leaves the PID block and its input is held at the loop's bias
+    (what the recipe rides on for the pH loop); the other loops are untouched; an input
+    without a loop is refused by name."""
+    from hil.gym.residual import open_loops
+
+    sc = hil.gym.load(CONFIG)
+    section = open_loops(sc.safety.fallback, ["base_flow"])
+    assert [lp.input for lp in section.loops] == ["agitation_power"]
+    assert section.fixed == {"base_flow": 0.0003}
+    assert len(sc.safety.fallback.loops) == 2  # the scenario's own section is not modified
+    v = hil.gym.make_vec(CONFIG, 2, episode_s=60.0)
+    v.reset(seed=4)
+    shut = ResidualActions(v, 0.1, fallback=section)
+    full = ResidualActions(v, 0.1)
+    ib, ia = v.action_names.index("base_flow"), v.action_names.index("agitation_power")
+    for _ in range(30):
+        a = shut.actions(np.zeros((2, 2)))
+        b = full.actions(np.zeros((2, 2)))
+        assert np.all(a[:, ib] == 0.0003)
+        assert np.array_equal(a[:, ia], b[:, ia])  # same observations, same DO loop
+        v.step(a)
+    assert np.any(b[:, ib] != 0.0003)  # the closed pH loop would have moved the base flow
+    with pytest.raises(ValueError, match="feed_rate"):
+        open_loops(sc.safety.fallback, ["feed_rate"])
