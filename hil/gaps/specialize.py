@@ -138,20 +138,20 @@ def _draw_delay(src: _Src, L: _Table, c: int, I_off: int, R_off: int, prof_name:
         src(f"_d = {L(c, lat.L_P1)}")
 
     def unif():
-        src(f"_d = {L(c, lat.L_P1)} + ({L(c, lat.L_P2)} - {L(c, lat.L_P1)}) * uniform(ru, {R_off + c})")
+        src(f"_d = {L(c, lat.L_P1)} + ({L(c, lat.L_P2)} - {L(c, lat.L_P1)}) * uniform(ru, _z + {R_off + c})")
 
     def norm():
-        src(f"_d = {L(c, lat.L_P1)} + {L(c, lat.L_P2)} * normal(ru, {R_off + c})")
+        src(f"_d = {L(c, lat.L_P1)} + {L(c, lat.L_P2)} * normal(ru, _z + {R_off + c})")
 
     def lognorm():
-        src(f"_d = math.exp({L(c, lat.L_P1)} + {L(c, lat.L_P2)} * normal(ru, {R_off + c}))")
+        src(f"_d = math.exp({L(c, lat.L_P1)} + {L(c, lat.L_P2)} * normal(ru, _z + {R_off + c}))")
 
     def profiled():
         src(f"_off = int({L(c, lat.L_OFF)})")
         src(f"_n = int({L(c, lat.L_N)})")
 
         def samples():
-            src(f"_d = {prof_name}[_off + min(int(uniform(ru, {R_off + c}) * _n), _n - 1)]")
+            src(f"_d = {prof_name}[_off + min(int(uniform(ru, _z + {R_off + c}) * _n), _n - 1)]")
 
         def sequence():
             src(f"_j = {ii}")
@@ -159,7 +159,7 @@ def _draw_delay(src: _Src, L: _Table, c: int, I_off: int, R_off: int, prof_name:
             src(f"{ii} = _j + 1 if _j + 1 < _n else 0")
 
         def hist():
-            src(f"_u = uniform(ru, {R_off + c})")
+            src(f"_u = uniform(ru, _z + {R_off + c})")
             src("_lo, _hi = 0, _n - 1")
             src("while _lo < _hi:")
             src("    _mid = (_lo + _hi) // 2")
@@ -168,7 +168,7 @@ def _draw_delay(src: _Src, L: _Table, c: int, I_off: int, R_off: int, prof_name:
             src("    else:")
             src("        _lo = _mid + 1")
             src(f"_e0 = {prof_name}[_off + _n + _lo]")
-            src(f"_d = _e0 + ({prof_name}[_off + _n + _lo + 1] - _e0) * uniform(ru, {R_off + c})")
+            src(f"_d = _e0 + ({prof_name}[_off + _n + _lo + 1] - _e0) * uniform(ru, _z + {R_off + c})")
 
         src.when(f"{kind} == {lat.D_SAMPLES}", samples,
                  lambda: src.when(f"{kind} == {lat.D_SEQUENCE}", sequence, hist))
@@ -179,7 +179,7 @@ def _draw_delay(src: _Src, L: _Table, c: int, I_off: int, R_off: int, prof_name:
                                                lambda: src.when(f"{kind} == {lat.D_LOGNORMAL}", lognorm,
                                                                 profiled))))
     src.when(f"{L(c, lat.L_JIT)} > 0.0",
-             lambda: src(f"_d += {L(c, lat.L_JIT)} * (2.0 * uniform(ru, {R_off + c}) - 1.0)"))
+             lambda: src(f"_d += {L(c, lat.L_JIT)} * (2.0 * uniform(ru, _z + {R_off + c}) - 1.0)"))
     src(f"_d = min(max(_d, {L(c, lat.L_MIN)}), {L(c, lat.L_MAX)})")
 
 
@@ -334,10 +334,10 @@ def _sensor(src: _Src, P: _Table, X_off: int, R_off: int, n: int, out: list[str]
             src(f"    {X(Q.X_PDROP)} = -math.expm1(-{p(Q.P_DROP_RATE)} * dt)")
             src.when(f"{p(Q.P_RW)} > 0.0", lambda: (
                 src("if not first:"),
-                src(f"    {X(Q.X_RW)} += {p(Q.P_RW)} * {X(Q.X_SQDT)} * normal(ru, {r0 + Q.R_WALK})")))
+                src(f"    {X(Q.X_RW)} += {p(Q.P_RW)} * {X(Q.X_SQDT)} * normal(ru, _z + {r0 + Q.R_WALK})")))
 
             def colored():
-                src(f"e = normal(ru, {r0 + Q.R_COLORED})")
+                src(f"e = normal(ru, _z + {r0 + Q.R_COLORED})")
                 src("if first:")
                 src(f"    {X(Q.X_AR)} = {p(Q.P_CSTD)} * e")
                 src("else:")
@@ -345,11 +345,11 @@ def _sensor(src: _Src, P: _Table, X_off: int, R_off: int, n: int, out: list[str]
 
             src.when(f"{p(Q.P_CSTD)} > 0.0", colored)
             src(f"v = {p(Q.P_GAIN)} * y_true[{i}] + {p(Q.P_BIAS)} + {p(Q.P_DRIFT)} * t + {X(Q.X_RW)} + {X(Q.X_AR)}")
-            src.when(f"{p(Q.P_WHITE)} > 0.0", lambda: src(f"v += {p(Q.P_WHITE)} * normal(ru, {r0 + Q.R_WHITE})"))
+            src.when(f"{p(Q.P_WHITE)} > 0.0", lambda: src(f"v += {p(Q.P_WHITE)} * normal(ru, _z + {r0 + Q.R_WHITE})"))
 
             def spike():
-                src(f"if uniform(ru, {r0 + Q.R_SPIKE}) <= {X(Q.X_PSPIKE)}:")
-                src(f"    if uniform(ru, {r0 + Q.R_SPIKE}) <= 0.5:")
+                src(f"if uniform(ru, _z + {r0 + Q.R_SPIKE}) <= {X(Q.X_PSPIKE)}:")
+                src(f"    if uniform(ru, _z + {r0 + Q.R_SPIKE}) <= 0.5:")
                 src(f"        v -= {p(Q.P_SPIKE_SIZE)}")
                 src("    else:")
                 src(f"        v += {p(Q.P_SPIKE_SIZE)}")
@@ -359,7 +359,7 @@ def _sensor(src: _Src, P: _Table, X_off: int, R_off: int, n: int, out: list[str]
 
             def dropout():
                 src(f"out = t < {X(Q.X_DROP_END)}")
-                src(f"if not out and uniform(ru, {r0 + Q.R_DROP}) <= {X(Q.X_PDROP)}:")
+                src(f"if not out and uniform(ru, _z + {r0 + Q.R_DROP}) <= {X(Q.X_PDROP)}:")
                 src(f"    {X(Q.X_DROP_END)} = t + {p(Q.P_DROP_DUR)}")
                 src("    out = True")
                 src("if out:")
@@ -435,7 +435,8 @@ def gap_source(cg, sources: str = "") -> str:
     ring = {name: off[n_state + nd + k] for k, name in enumerate(("aT", "aV", "oT", "oV"))}
     n_u, n_y = a.P.shape[0], s.P.shape[0]
     rows = int(cg.REC.shape[1])
-    views = [f"ri = carray(ptr_i64(rec, 0), ({rows},))", f"ru = carray(ptr_u64(rec, 0), ({rows},))", "rf = rec"]
+    views = [f"ri = carray(ptr_i64(rec, 0), ({rows},))", f"ru = carray(ptr_u64(rec, 0), ({rows},))", "rf = rec",
+             "_z = rec.size - rec.size  # 0, typed int64: a literal index would compile the RNG once per stream"]
 
     act_src = _Src()
     for v in views:
