@@ -17,15 +17,17 @@ hil/gym/vector.py's numpy path (which stays as the reference, `fused=False`):
 with the reward expression compiled into the kernel (hil/gym/exprgen.py) and the next
 instances' gap records and rows prefetched (hil/gym/prefetch.py).
 
-The gaps are read in the shared-parameter layout of hil/gaps/compact.py, not through the loop's
-per-instance arenas: the parameter tables every instance shares (sensor, actuator, latency) live
-once per block of rows (SP, in L1 across the block), and instance i brings only its record
-(states, streams, the rows its randomization drew, delay rings); before its step `load_drawn`
-copies its drawn rows into SP. The gap kernels called are the arena's own (delay_apply,
-actuator_apply, sensor_apply) on the same values: bit-identical, and the hot per-instance gap
-data drop from ~96 to ~42 cache lines for bioreactor_gym. This is why the kernel composes the
-loop's stages itself instead of calling row_step (which takes arena buffers): a change of the
-loop's stage sequence must be mirrored in _ROW (tests/hil/gym/test_fused.py compares it with
+The gaps are read in the record layout of hil/gaps/compact.py, not through the loop's
+per-instance arenas: instance i brings only its record (states, streams, the rows its
+randomization drew, delay rings), and the gap kernels are generated for the scenario
+(hil/gaps/specialize.py: `actuate_spec`, `sense_spec`): every parameter the scenario fixes is a
+literal, features it leaves off are compiled out, the drawn rows are read from the record, the
+states at constant offsets of it. Same operations in the same order as the arena's kernels
+(delay_apply, actuator_apply, sensor_apply): bit-identical (tests/hil/gaps/test_specialize.py),
+at about two thirds of the serial step's CPU time of the generic kernels on the shared layout
+(A/B in the commit that made them). This is why the kernel composes the loop's stages itself
+instead of calling row_step (which takes arena buffers and the generic gap kernels): a change of
+the loop's stage sequence must be mirrored in _ROW (tests/hil/gym/test_fused.py compares it with
 the numpy path, which calls row_step, bit for bit). The recording row is written only when
 the env keeps rows (rows_step 1, Rows[i]); nothing reads it otherwise. Scratch (the RK4 work
 arrays, the feature inputs, du) is one row per call (W[0], FO[0], DU[0]), not per instance.
@@ -41,11 +43,12 @@ nogil; HilVectorEnv calls it on contiguous blocks of rows from one Python thread
 (views of its arrays, its own scratch), and waits on a lock, not a spin.
 
 Like hil/loop/specialize.py, the kernel is written as a small module per (plant step,
-reward) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; it is None (the env uses
-the numpy path) when the plant's step is not specialised (a factory's closure, a Python
-step, a read-only cache).
+reward, generated gap kernels) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; a
+scenario whose gap parameters differ gets other gap kernels (named after their text's digest)
+and so another gym step. It is None (the env uses the numpy path) when the plant's step is not
+specialised (a factory's closure, a Python step, a read-only cache).
 
-    kern = gym_kernels(model)       # GymKernels(step) or None
+    kern = gym_kernels(model, gaps) # GymKernels(step) or None; gaps: the env's CompactGaps
     kern.step(*args)                # args: see ARGS (the names of HilVectorEnv's arrays)
 """
 
@@ -63,7 +66,7 @@ from hil.loop.specialize import cache_dir, load_generated, specialised
 log = logging.getLogger("hil.gym")
 
 #: kernel arguments, in order (HilVectorEnv._fused_args builds them)
-ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, W, aux, SP, HS, REC, HR, DV, n_drawn, "
+ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, W, aux, REC, "
         "counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, Xout, c_W, c_lo, c_scale, c_idx, C_incr, Rows, step_s, dt, n_sub, "
         "A, action_index, prof_index, prof_start, prof_t, prof_v, "
         "feat_index, feat_dpos, FO, good, bad, fprev, first, obs, mode, sub_index, sub_value, "

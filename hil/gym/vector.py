@@ -192,8 +192,7 @@ class HilVectorEnv(VectorEnv):
 
         return (r(self.run), r(self.autoreset), r(self.K), r(self.Tp), r(self.X), r(self.Z), r(self.D), r(self.P),
                 r(self.Ucmd), r(self.Uclip), r(self.Uapp), r(self.Uprev), r(self.Y), r(self.Ymeas), w, (),
-                self.gaps.SP[block], self.gaps.HS, r(self.gaps.REC), self.gaps.HR, self.gaps.DV,
-                len(self.gaps.drawn_rows), r(self.counts), r(self.status),
+                r(self.gaps.REC), r(self.counts), r(self.status),
                 m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr),
                 r(self.Rows) if self.record_rows else rows,
                 m.step_s, m.dt_plant, m.substeps,
