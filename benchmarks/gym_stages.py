@@ -15,9 +15,10 @@ step from cold caches, the regime gym_speed.py measures. Sides, us per instance-
                           gaps, plant, correction, outputs, recording row; no prefetch)
     plant                 the plant's step + outputs alone (RK4 sub-steps of plants/bioreactor.py,
                           rows of X, u, p): the floor no gap or env work can go under
-    actuation_gaps        the actuation delay + actuator gap alone, as the fused step runs them: on the
-                          shared-parameter layout (hil/gaps/compact.py load_drawn + actuate_compact)
-    sensing_gaps          the sensor gap + observation delay alone (compact.py sense_compact)
+    actuation_gaps        the actuation delay + actuator gap alone, as the fused step runs them: the
+                          kernels generated for the scenario (hil/gaps/specialize.py actuate_spec) on
+                          the record layout of hil/gaps/compact.py
+    sensing_gaps          the sensor gap + observation delay alone (specialize.py sense_spec)
 
 and derived: python_per_call = step - fused_kernel (argument binding, autoreset check, info
 arrays), gaps = actuation_gaps + sensing_gaps, "hot" figures of the plant and gap stages (each
@@ -49,7 +50,7 @@ import fair  # noqa: E402
 from numba import njit  # noqa: E402
 
 import hil.gym  # noqa: E402
-from hil.gaps.compact import actuate_compact, load_drawn, sense_compact  # noqa: E402
+from hil.gaps.specialize import specialised_gaps  # noqa: E402
 from hil.gym.prefetch import block_of, row_of  # noqa: E402
 from hil.loop.step import fused_kernels  # noqa: E402
 
@@ -72,19 +73,22 @@ def plant_rows(step, outputs):
     return run
 
 
-@njit(nogil=True)
-def actuate_rows(t, SP, HS, REC, HR, DV, n_drawn, U, Uapp):
-    for i in range(REC.shape[0]):
-        rec = row_of(REC, i)
-        if DV.shape[0]:
-            load_drawn(SP, rec, DV)
-        actuate_compact(SP, HS, rec, HR, n_drawn, t, row_of(U, i), row_of(Uapp, i))
+def gap_rows(mod):
+    """The scenario's generated gap kernels (hil/gaps/specialize.py, what the fused step calls)
+    over every record row."""
+    actuate_spec, sense_spec = mod.actuate_spec, mod.sense_spec
 
+    @njit(nogil=True)
+    def actuate_rows(t, REC, U, Uapp):
+        for i in range(REC.shape[0]):
+            actuate_spec(row_of(REC, i), t, row_of(U, i), row_of(Uapp, i))
 
-@njit(nogil=True)
-def sense_rows(t, SP, HS, REC, HR, n_drawn, Y, Ymeas):
-    for i in range(REC.shape[0]):
-        sense_compact(SP, HS, row_of(REC, i), HR, n_drawn, t, row_of(Y, i), row_of(Ymeas, i))
+    @njit(nogil=True)
+    def sense_rows(t, REC, Y, Ymeas):
+        for i in range(REC.shape[0]):
+            sense_spec(row_of(REC, i), t, row_of(Y, i), row_of(Ymeas, i))
+
+    return actuate_rows, sense_rows
 
 
 def hot(fn, calls: int, n: int, repeats: int) -> float:
@@ -140,8 +144,8 @@ def main(argv=None) -> int:
     Xp, Up, Pp, Yp = v.X.copy(), v.Uapp.copy(), v.P.copy(), v.Y.copy()
     Wp = np.zeros((1, 5, m.n_x))
     gc = v.gaps
-    nd = len(gc.drawn_rows)
-    rec_a, rec_s, sp_a, sp_s = gc.REC.copy(), gc.REC.copy(), gc.SP[0].copy(), gc.SP[0].copy()
+    rec_a, rec_s = gc.REC.copy(), gc.REC.copy()
+    actuate_rows, sense_rows = gap_rows(specialised_gaps(gc))
     Ui, Uo, Yi, Yo = v.Uclip.copy(), v.Uapp.copy(), v.Y.copy(), v.Ymeas.copy()
     Ui[:] = v.Uapp
     clock = {"plant": float(v.K[0]), "act": float(v.K[0]) * m.step_s, "sen": float(v.K[0] + 1) * m.step_s}
@@ -152,11 +156,11 @@ def main(argv=None) -> int:
 
     def act_side():
         clock["act"] += m.step_s
-        actuate_rows(clock["act"], sp_a, gc.HS, rec_a, gc.HR, gc.DV, nd, Ui, Uo)
+        actuate_rows(clock["act"], rec_a, Ui, Uo)
 
     def sen_side():
         clock["sen"] += m.step_s
-        sense_rows(clock["sen"], sp_s, gc.HS, rec_s, gc.HR, nd, Yi, Yo)
+        sense_rows(clock["sen"], rec_s, Yi, Yo)
 
     sides = {"step": lambda: v.step(a), "fused_kernel": lambda: fn(*fargs), "fused_without_loop": without_loop,
              "loop_batch_step": lambda: kern.batch_step_serial(*args_k), "plant": plant_side,

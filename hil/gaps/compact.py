@@ -22,6 +22,11 @@ calls (hil/gaps/latency.py delay_apply, actuator.py actuator_apply, sensor.py se
 the same values in the same order, so the results are bit-identical (tests/hil/gaps/
 test_compact.py); only where the numbers live changes. A row of the template's parameters
 that is not drawn must stay the template's (`load` checks it at every episode start).
+
+The vector env's fused step no longer calls these generic kernels on SP: it calls the kernels
+hil/gaps/specialize.py generates for the scenario on the same record rows (the fixed parameters
+compiled in, the drawn rows read from the record). `actuate_compact` / `sense_compact` remain the
+layout's reference (tests/hil/gaps/test_compact.py) and its generic form.
 """
 
 from __future__ import annotations

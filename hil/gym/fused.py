@@ -17,15 +17,17 @@ hil/gym/vector.py's numpy path (which stays as the reference, `fused=False`):
 with the reward expression compiled into the kernel (hil/gym/exprgen.py) and the next
 instances' gap records and rows prefetched (hil/gym/prefetch.py).
 
-The gaps are read in the shared-parameter layout of hil/gaps/compact.py, not through the loop's
-per-instance arenas: the parameter tables every instance shares (sensor, actuator, latency) live
-once per block of rows (SP, in L1 across the block), and instance i brings only its record
-(states, streams, the rows its randomization drew, delay rings); before its step `load_drawn`
-copies its drawn rows into SP. The gap kernels called are the arena's own (delay_apply,
-actuator_apply, sensor_apply) on the same values: bit-identical, and the hot per-instance gap
-data drop from ~96 to ~42 cache lines for bioreactor_gym. This is why the kernel composes the
-loop's stages itself instead of calling row_step (which takes arena buffers): a change of the
-loop's stage sequence must be mirrored in _ROW (tests/hil/gym/test_fused.py compares it with
+The gaps are read in the record layout of hil/gaps/compact.py, not through the loop's
+per-instance arenas: instance i brings only its record (states, streams, the rows its
+randomization drew, delay rings), and the gap kernels are generated for the scenario
+(hil/gaps/specialize.py: `actuate_spec`, `sense_spec`): every parameter the scenario fixes is a
+literal, features it leaves off are compiled out, the drawn rows are read from the record, the
+states at constant offsets of it. Same operations in the same order as the arena's kernels
+(delay_apply, actuator_apply, sensor_apply): bit-identical (tests/hil/gaps/test_specialize.py),
+at about two thirds of the serial step's CPU time of the generic kernels on the shared layout
+(A/B in the commit that made them). This is why the kernel composes the loop's stages itself
+instead of calling row_step (which takes arena buffers and the generic gap kernels): a change of
+the loop's stage sequence must be mirrored in _ROW (tests/hil/gym/test_fused.py compares it with
 the numpy path, which calls row_step, bit for bit). The recording row is written only when
 the env keeps rows (rows_step 1, Rows[i]); nothing reads it otherwise. Scratch (the RK4 work
 arrays, the feature inputs, du) is one row per call (W[0], FO[0], DU[0]), not per instance.
@@ -41,30 +43,30 @@ nogil; HilVectorEnv calls it on contiguous blocks of rows from one Python thread
 (views of its arrays, its own scratch), and waits on a lock, not a spin.
 
 Like hil/loop/specialize.py, the kernel is written as a small module per (plant step,
-reward) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; it is None (the env uses
-the numpy path) when the plant's step is not specialised (a factory's closure, a Python
-step, a read-only cache).
+reward, generated gap kernels) into `<cache>/hil/gym_steps/`, so Numba caches it on disk; a
+scenario whose gap parameters differ gets other gap kernels (named after their text's digest)
+and so another gym step. It is None (the env uses the numpy path) when the plant's step is not
+specialised (a factory's closure, a Python step, a read-only cache).
 
-    kern = gym_kernels(model)       # GymKernels(step) or None
+    kern = gym_kernels(model, gaps) # GymKernels(step) or None; gaps: the env's CompactGaps
     kern.step(*args)                # args: see ARGS (the names of HilVectorEnv's arrays)
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hil.loop.specialize import _write_if_changed, cache_dir, specialised
+from hil.gaps.specialize import specialised_gaps
+from hil.loop.specialize import cache_dir, load_generated, specialised
 
 log = logging.getLogger("hil.gym")
 
 #: kernel arguments, in order (HilVectorEnv._fused_args builds them)
-ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, W, aux, SP, HS, REC, HR, DV, n_drawn, "
+ARGS = ("run, autoreset, K, Tp, X, Z, D, P, Ucmd, Uclip, Uapp, Uprev, Y, Ymeas, W, aux, REC, "
         "counts, status, u_lo, u_hi, x_lo, x_hi, x_tol, Xout, c_W, c_lo, c_scale, c_idx, C_incr, Rows, step_s, dt, n_sub, "
         "A, action_index, prof_index, prof_start, prof_t, prof_v, "
         "feat_index, feat_dpos, FO, good, bad, fprev, first, obs, mode, sub_index, sub_value, "
@@ -105,16 +107,14 @@ _ROW = '''
             rec = row_of(REC, i)
             x, z, d, p, u_app = row_of(X, i), row_of(Z, i), row_of(D, i), row_of(P, i), row_of(Uapp, i)
             y, y_meas, u_clip = row_of(Y, i), row_of(Ymeas, i), row_of(Uclip, i)
-            if DV.shape[0]:
-                load_drawn(SP, rec, DV)
             clip_inputs(row_of(Ucmd, i), u_lo, u_hi, u_app, u_clip, row_of(counts, i))
-            actuate_compact(SP, HS, rec, HR, n_drawn, t, u_clip, u_app)
+            actuate_spec(rec, t, u_clip, u_app)
             Tp[i] = loop_advance(Tp[i], x, z, d, u_app, p, dt, n_sub, block_of(W, 0), aux)
             st = correct_stage(x, u_app, dt, c_W, c_lo, c_scale, c_idx, row_of(C_incr, i), x_lo, x_hi, x_tol,
                                row_of(Xout, i))
             if st >= 0:
                 loop_outputs(x, z, d, u_app, p, y, aux)
-                sense_compact(SP, HS, rec, HR, n_drawn, t_end, y, y_meas)
+                sense_spec(rec, t_end, y, y_meas)
             if rows_step:
                 record_stage(row_of(Rows, i), k, t_end, 0, 0.0, row_of(Ucmd, i), u_app, x, y, y_meas, z, d)
             status[i] = st
@@ -188,13 +188,14 @@ _PREFETCH = '''
                 prefetch_row_at(rows, ahead)
 '''
 
-_TEMPLATE = '''"""Generated by hil.gym.fused for {loop_module} and the reward {reward_text!r}: the vector env's
-step over every instance. Do not edit: it is rewritten when hil's template changes."""
+_TEMPLATE = '''"""Generated by hil.gym.fused for {loop_module}, the gap kernels {gaps_module} and the reward
+{reward_text!r}: the vector env's step over every instance. Do not edit: it is rewritten when
+hil's template changes."""
 # sources: {sources}
 import numpy as np
 from numba import njit
 
-from hil.gaps.compact import actuate_compact, load_drawn, sense_compact
+from {gaps_module} import actuate_spec, sense_spec
 from hil.gym.prefetch import block_of, prefetch_ranges, prefetch_ring, prefetch_row_at, row_of
 from hil.loop.kernels import clip_inputs
 from hil.loop.step import correct_stage, record_stage
@@ -228,15 +229,18 @@ def _sources() -> str:
     here = Path(__file__).resolve().parent
     for name in ("fused.py", "prefetch.py", "exprgen.py", "expr.py"):
         h.update((here / name).read_bytes())
-    h.update((here.parent / "gaps" / "compact.py").read_bytes())
+    for name in ("compact.py", "specialize.py"):
+        h.update((here.parent / "gaps" / name).read_bytes())
     return h.hexdigest()[:16]
 
 
-def source_for(loop_module: str, reward) -> str:
-    """The generated module's text for a loop-step module name and a reward Expression."""
+def source_for(loop_module: str, reward, gaps_module: str) -> str:
+    """The generated module's text for a loop-step module name, a reward Expression and the
+    scenario's gap kernels (a module generated by hil/gaps/specialize.py)."""
     from hil.gym.exprgen import HELPERS, reward_source
 
-    return _TEMPLATE.format(loop_module=loop_module, reward_text=reward.text, sources=_sources(),
+    return _TEMPLATE.format(loop_module=loop_module, gaps_module=gaps_module, reward_text=reward.text,
+                            sources=_sources(),
                             mode_substitute=MODE_SUBSTITUTE, mode_nan=MODE_NAN, helpers=HELPERS,
                             reward=reward_source(reward), args=ARGS, prefetch=_PREFETCH, row=_ROW)
 
@@ -244,32 +248,36 @@ def source_for(loop_module: str, reward) -> str:
 _LOADED: dict[tuple, GymKernels | None] = {}
 
 
-def gym_kernels(model) -> GymKernels | None:
-    """The fused step for a hil.gym.model.ScenarioModel ("ode" plants whose loop step is
-    specialised), or None (then HilVectorEnv steps with numpy around the loop's batch kernel)."""
+def fusable(model) -> bool:
+    """The vector env's step can be fused for this ScenarioModel: an "ode" plant whose loop
+    step is specialised (hil/loop/specialize.py)."""
     pm = model.plant_model
-    if pm.form != "ode":
+    return pm.form == "ode" and specialised(pm) is not None
+
+
+def gym_kernels(model, gaps) -> GymKernels | None:
+    """The fused step for a hil.gym.model.ScenarioModel ("ode" plants whose loop step is
+    specialised) and the gaps of its instances (a hil.gaps.compact.CompactGaps: the kernels are
+    specialised to its parameters and layout), or None (then HilVectorEnv steps with numpy
+    around the loop's batch kernel)."""
+    if not fusable(model):
         return None
-    loop = specialised(pm)
-    if loop is None:
-        return None
+    loop = specialised(model.plant_model)
     loop_module = loop.row_step.py_func.__module__
-    key = (loop_module, model.reward.text)
-    if key in _LOADED:
-        return _LOADED[key]
-    text = source_for(loop_module, model.reward)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    stem = re.sub(r"\W", "_", loop_module.removeprefix("hil_loop_step_"))
-    path = cache_dir().parent / "gym_steps" / f"gym_{stem}_{digest}.py"
     kern = None
     try:
-        _write_if_changed(path, text)
-        spec = importlib.util.spec_from_file_location(f"hil_gym_step_{stem}_{digest}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        gmod = specialised_gaps(gaps).__name__
+        key = (loop_module, model.reward.text, gmod)
+        if key in _LOADED:
+            return _LOADED[key]
+        text = source_for(loop_module, model.reward, gmod)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        stem = re.sub(r"\W", "_", loop_module.removeprefix("hil_loop_step_"))
+        module = load_generated(cache_dir().parent / "gym_steps" / f"gym_{stem}_{digest}.py", f"hil_gym_step_{stem}_{digest}",
+                       text)
         kern = GymKernels(module.gym_step)
     except OSError as exc:
         log.debug("gym step not fused (%s): numpy path", exc)
+        return None
     _LOADED[key] = kern
     return kern

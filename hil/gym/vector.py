@@ -36,7 +36,7 @@ from gymnasium.vector.utils import batch_space
 from numba.core.typing.typeof import Purpose, typeof
 
 from hil.gaps.compact import CompactGaps
-from hil.gym.fused import MODES, PREFETCH_DISTANCE, gym_kernels
+from hil.gym.fused import MODES, PREFETCH_DISTANCE, fusable, gym_kernels
 from hil.loop.step import LoopStep, fused_kernels, is_compiled, no_correction, outputs_ode
 from hil.gym.model import ScenarioModel
 from hil.gym.signals import Features, limits_violated
@@ -92,7 +92,19 @@ class HilVectorEnv(VectorEnv):
         self.Y = np.zeros((N, m.n_y))
         self.Ymeas = np.zeros((N, m.n_y))
         self.batched = m.plant_model.form == "ode" and is_compiled(m.plant_step) and is_compiled(m.plant_outputs)
-        gk = gym_kernels(m) if self.batched and fused is not False else None
+        self.parallel = N >= PARALLEL_MIN if parallel is None else bool(parallel)
+        # the fused step reads the gaps in the shared-parameter layout (hil/gaps/compact.py), with
+        # gap kernels generated for this scenario's parameters (hil/gaps/specialize.py)
+        self.gaps = None
+        gk = None
+        if self.batched and fused is not False and fusable(m):
+            # blocks of rows stepped concurrently (one per core, each >= PARALLEL_MIN rows)
+            n_blocks = max(1, min(numba.config.NUMBA_NUM_THREADS, N // PARALLEL_MIN)) if self.parallel else 1
+            self._blocks = [(N * b // n_blocks, N * (b + 1) // n_blocks) for b in range(n_blocks)]
+            self.gaps = CompactGaps(self.template, N, n_blocks)
+            gk = gym_kernels(m, self.gaps)
+            if gk is None:
+                self.gaps = None
         # the gap arenas per instance (the loop's layout: the numpy path, "step" plants), or, for
         # the fused step, the shared-parameter layout (hil/gaps/compact.py, set up in _fused_setup)
         self.Aact = self.Asen = None
@@ -130,7 +142,6 @@ class HilVectorEnv(VectorEnv):
         self.reward = np.zeros(N)
         self.autoreset = np.zeros(N, dtype=bool)
         self.drawn: list[dict] = [{} for _ in range(N)]
-        self.parallel = N >= PARALLEL_MIN if parallel is None else bool(parallel)
         kern = fused_kernels(m.plant_model) if self.batched else None  # specialised: Numba caches it
         self._kernel = (kern.batch_step if self.parallel else kern.batch_step_serial) if kern else None
         self._prefix = kern.prefix if kern else ()
@@ -152,9 +163,6 @@ class HilVectorEnv(VectorEnv):
         # scratch of the fused step, one per thread (numba.get_thread_id): RK4 work, recording
         # row (written by row_step, not kept per instance: self.Rows is the numpy path's),
         # feature inputs, du
-        # blocks of rows stepped concurrently (one per core, each >= PARALLEL_MIN rows)
-        n_blocks = max(1, min(numba.config.NUMBA_NUM_THREADS, N // PARALLEL_MIN)) if self.parallel else 1
-        self._blocks = [(N * b // n_blocks, N * (b + 1) // n_blocks) for b in range(n_blocks)]
         self._scratch = [(np.zeros((1, 5, m.n_x)), np.zeros((1, self.Rows.shape[1])), np.zeros((1, m.n_y + m.n_u)),
                           np.zeros((1, m.n_u))) for _ in self._blocks]
         self.terminated, self.truncated = np.zeros(N, bool), np.zeros(N, bool)
@@ -169,7 +177,6 @@ class HilVectorEnv(VectorEnv):
                      np.array([i for _, i, _, _ in m.limits], dtype=np.int64),
                      np.array([lo for _, _, lo, _ in m.limits], dtype=np.float64),
                      np.array([hi for _, _, _, hi in m.limits], dtype=np.float64))
-        self.gaps = CompactGaps(self.template, N, len(self._blocks))
         self._pf = self.gaps.plans()
 
     def _fused_args(self, block: int) -> tuple:
@@ -185,8 +192,7 @@ class HilVectorEnv(VectorEnv):
 
         return (r(self.run), r(self.autoreset), r(self.K), r(self.Tp), r(self.X), r(self.Z), r(self.D), r(self.P),
                 r(self.Ucmd), r(self.Uclip), r(self.Uapp), r(self.Uprev), r(self.Y), r(self.Ymeas), w, (),
-                self.gaps.SP[block], self.gaps.HS, r(self.gaps.REC), self.gaps.HR, self.gaps.DV,
-                len(self.gaps.drawn_rows), r(self.counts), r(self.status),
+                r(self.gaps.REC), r(self.counts), r(self.status),
                 m.u_lo, m.u_hi, m.x_lo, m.x_hi, m.x_tol, r(self.Xout), c[0], c[1], c[2], c[3], r(self.C_incr),
                 r(self.Rows) if self.record_rows else rows,
                 m.step_s, m.dt_plant, m.substeps,

@@ -194,6 +194,18 @@ def _write_if_changed(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def load_generated(path: Path, name: str, text: str):
+    """Write a generated module's `text` to `path` (only when it changed) and import it as `name`
+    (registered in sys.modules: Numba names its functions' module, and finds it again, by it).
+    OSError when the file cannot be written."""
+    _write_if_changed(path, text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def specialised(model) -> FusedKernels | None:
     """The fused step kernels written for a PlantModel (plants/base.py) and cached by Numba, or
     None when its kernels are not importable by name or the cache directory cannot be written
