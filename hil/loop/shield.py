@@ -376,6 +376,15 @@ class Shield:
         self._entry = None  # shield_kernel's compiled entry point for the step's argument types
         self._into_entry = None  # shield_into's
 
+    def reset(self) -> None:
+        """A new episode: nothing latched, the PID fallbacks as built, no band (the state a new
+        Shield of this configuration has; the compiled code and the bound arrays are kept)."""
+        self.state[:] = 0
+        self.q_ref[:] = np.nan
+        self.band_lo[:] = -np.inf
+        self.band_hi[:] = np.inf
+        self.reset_pid()
+
     def _fallback_laws(self, fb, spec) -> None:
         """[safety.fallback]: fixed values, joint PD blocks, hold (the default: the applied value)."""
         for name, value in fb.fixed.items():
