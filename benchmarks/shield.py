@@ -62,12 +62,13 @@ GOAL_US = 5.0  # issue 22: shield cost in the loop <= 5 us per step with the arm
 @njit(nogil=True)
 def _shield_many(sh_fill, fill_args, P, Y, U, PREV, OUT, codes, lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static,
                  reads_y, reads_u, fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state, a,
-                 lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi):
+                 lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, fb_pid, pid_state, open_band):
     for s in range(P.shape[0]):
         codes[s] = shield_kernel(sh_fill, fill_args, 100, P[s], 100, 4, True, Y[s], U[s], PREV[s], STEP_S,
                                  lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
                                  fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state, a,
-                                 OUT[s], lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi)
+                                 OUT[s], lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, fb_pid,
+                                 pid_state, open_band)
 
 
 def recorded_states(spec, names, seconds: float, workdir: Path) -> tuple[np.ndarray, ...]:
@@ -116,7 +117,7 @@ def run(quick: bool) -> dict:
         kernel_args = (sh.lo, sh.hi, sh.rate, sh.W, sh.Wz, sh.b0, sh.By, sh.Bu, sh.scale, sh.m_static, sh.reads_y,
                        sh.reads_u, sh.fb_kind, sh.fb_value, sh.fb_iq, sh.fb_idq, sh.fb_kp, sh.fb_kd, sh.act_u,
                        sh.q_ref, sh.state, sh.a, sh.lo_eff, sh.hi_eff, sh.src, sh.bvec, sh.work, sh.max_iter,
-                       sh.band_lo, sh.band_hi)
+                       sh.band_lo, sh.band_hi, sh.fb_pid, sh.pid_state, sh.open_band)
         _shield_many(sh.kernel_fill, sh.fill_args, P, Y, U, PREV, OUT, codes, *kernel_args)
         diff_kernel = float(np.max(np.abs(OUT - ref) / sh.scale))
         one = np.zeros(len(names))

@@ -26,8 +26,26 @@ controller (the fallback) stands by, and the switch sits next to the actuator. P
 The fallback law per action input (`fb_kind`): 0 hold the applied value, 1 a fixed value,
 2 joint PD hold tau = kp (q_ref - q) - kd dq, with q_ref latched from the measured position
 when the fallback takes over (the arm is held where it is; a Bad q or dq gives zero torque, as
-hil/safety/fallback.py JointPdLaw). The PID fallback of the process plants stays in the safety
-process for now.
+hil/safety/fallback.py JointPdLaw), 3 a PID loop ([[safety.fallback.loops]]: the process
+plants' baseline), the arithmetic of hil/control/pid.py PID driven as FallbackController
+drives it, every step whoever acts:
+
+    follow    the applied value is not the one decided last (an actuator gap, another
+              writer; the first step): the integral is set so the output at the last good
+              error is the applied value
+    update    Bad measurement: hold (no integration, derivative restarts), or the loop's safe
+              output (on_bad = "safe"); else one PID execution (dt 0 on the first step:
+              evaluate): P on the error, I clamped (anti-windup), D on the measurement,
+              filtered; output clipped to [out_min, out_max]
+    track     after the projection: the integral is set so the output at the current error is
+              what was decided (bumpless transfer both ways)
+
+(FallbackController matches the applied value against its 16 most recent decisions, decisions
+in flight over the bus; in the loop the decision is applied in the same step, so the shield
+keeps one.) Tested equal, ==, to FallbackController step for step in
+tests/hil/loop/test_shield_pid.py. The supervisor's band (limited mode) bounds the policy's
+proposal only; the fallback is projected on the envelope without it, as the safety process
+projects its baseline.
 
     shield = Shield(scenario, spec, action_names, plant)    # from [safety.projection] / [safety.fallback]
     code = shield.step(k, proposal, proposal_step, y_meas, u_applied, dt_s, out)
@@ -52,6 +70,8 @@ import numpy as np
 from numba import njit, types
 from numba.core.errors import NumbaExperimentalFeatureWarning
 
+from hil.control.pid import pid_from_config
+from hil.safety.config import signal_index
 from hil.safety.projection import Projector, plant_module, project_kernel
 
 # the plant's compiled fill is passed as a first-class function (as the loop step's plant kernels)
@@ -61,13 +81,115 @@ warnings.filterwarnings("ignore", message=".*First-class function type feature i
 POLICY, PROJECTED, FALLBACK_LATE, FALLBACK_MODE, FALLBACK_BAD, FALLBACK_UNKNOWN = 0, 1, 2, 3, 4, 5
 SOURCE_NAMES = ("policy", "projected", "fallback:late", "fallback:mode", "fallback:bad_proposal",
                 "fallback:unknown_limits")
-FB_HOLD, FB_FIXED, FB_JOINT_PD = 0, 1, 2
+FB_HOLD, FB_FIXED, FB_JOINT_PD, FB_PID = 0, 1, 2, 3
+# columns of Shield.fb_pid (a PID fallback's configuration, one row per action input)
+(PID_KP, PID_KI, PID_KD, PID_BIAS, PID_REVERSE, PID_TD_FILTER_S, PID_OUT_MIN, PID_OUT_MAX, PID_SETPOINT,
+ PID_MEAS_IS_U, PID_MEAS_INDEX, PID_SAFE) = range(12)
+PID_PARAMS = 12
+# columns of Shield.pid_state (its state: hil/control/pid.py PID + hil/safety/fallback.py FallbackController)
+(PS_INTEGRAL, PS_LAST_MEAS, PS_D_FILTERED, PS_LAST_E, PS_BAD, PS_ACTION, PS_DECIDED, PS_STARTED) = range(8)
+PID_STATE = 8
 
 
 @njit(nogil=True)
 def _no_fill(y, u, W, b):
     """The fill of a shield without plant families (no rows)."""
     return
+
+
+@njit(nogil=True)
+def _pid_error(p, m):
+    """PID.error: setpoint - measurement, sign flipped when reverse acting."""
+    e = p[PID_SETPOINT] - m
+    if p[PID_REVERSE] != 0.0:
+        e = -e
+    return e
+
+
+@njit(nogil=True)
+def _pid_clip(p, v):
+    return min(max(v, p[PID_OUT_MIN]), p[PID_OUT_MAX])
+
+
+@njit(nogil=True)
+def _pid_track(p, s, output, e):
+    """PID.track: the integral such that the output at error e equals `output`, within limits."""
+    pterm = p[PID_KP] * e if np.isfinite(e) else 0.0
+    s[PS_INTEGRAL] = min(max(output - p[PID_BIAS] - pterm, p[PID_OUT_MIN] - p[PID_BIAS]),
+                         p[PID_OUT_MAX] - p[PID_BIAS])
+
+
+@njit(nogil=True)
+def _pid_measurement(p, y, u):
+    j = int(p[PID_MEAS_INDEX])
+    return u[j] if p[PID_MEAS_IS_U] != 0.0 else y[j]
+
+
+@njit(nogil=True)
+def pid_before(p, s, applied, y, u, dt_s):
+    """A PID fallback's part before the choice (FallbackController.follow then .update, one
+    loop): follow the applied value when it is not the one decided last (an actuator gap,
+    another writer; also the first step: nothing decided yet), then execute on the measurement
+    (dt 0 on the first step: evaluate only). Leaves the baseline's output in s[PS_ACTION]."""
+    dec = s[PS_DECIDED]
+    if not (abs(dec - applied) <= 1e-9 * (1.0 + abs(applied))):  # NaN (first step): unmatched
+        e = s[PS_LAST_E]
+        if not np.isfinite(e):
+            e = _pid_error(p, _pid_measurement(p, y, u))
+        _pid_track(p, s, applied, e)
+        s[PS_ACTION] = applied
+    dt = dt_s if s[PS_STARTED] != 0.0 else 0.0
+    s[PS_STARTED] = 1.0
+    m = _pid_measurement(p, y, u)
+    if not np.isfinite(m):
+        if s[PS_BAD] == 0.0:  # PID.hold: nothing integrates, the derivative restarts
+            s[PS_LAST_MEAS] = np.nan
+            s[PS_D_FILTERED] = 0.0
+            s[PS_BAD] = 1.0
+        if np.isfinite(p[PID_SAFE]):
+            s[PS_ACTION] = p[PID_SAFE]
+        return
+    s[PS_BAD] = 0.0
+    e = _pid_error(p, m)
+    bias = p[PID_BIAS]
+    if dt > 0.0:  # PID.update
+        pterm = p[PID_KP] * e
+        d = 0.0
+        if p[PID_KD] != 0.0 and np.isfinite(s[PS_LAST_MEAS]):
+            raw = -(m - s[PS_LAST_MEAS]) / dt
+            if p[PID_REVERSE] != 0.0:
+                raw = -raw
+            if p[PID_TD_FILTER_S] > 0.0:
+                a = dt / (p[PID_TD_FILTER_S] + dt)
+                s[PS_D_FILTERED] += a * (raw - s[PS_D_FILTERED])
+            else:
+                s[PS_D_FILTERED] = raw
+            d = p[PID_KD] * s[PS_D_FILTERED]
+        s[PS_LAST_MEAS] = m
+        integral = s[PS_INTEGRAL]
+        candidate = integral + p[PID_KI] * e * dt
+        rest = bias + pterm + d
+        if e > 0 and rest + candidate > p[PID_OUT_MAX]:
+            candidate = max(integral, p[PID_OUT_MAX] - rest)
+        elif e < 0 and rest + candidate < p[PID_OUT_MIN]:
+            candidate = min(integral, p[PID_OUT_MIN] - rest)
+        s[PS_INTEGRAL] = min(max(candidate, p[PID_OUT_MIN] - bias), p[PID_OUT_MAX] - bias)
+        s[PS_ACTION] = _pid_clip(p, bias + pterm + s[PS_INTEGRAL] + d)
+    else:  # PID.evaluate
+        s[PS_LAST_MEAS] = m
+        s[PS_ACTION] = _pid_clip(p, bias + p[PID_KP] * e + s[PS_INTEGRAL])
+    s[PS_LAST_E] = e
+
+
+@njit(nogil=True)
+def pid_after(p, s, decided, y, u):
+    """FallbackController.track for one loop: bumpless transfer to what was decided (the
+    baseline's output at the current error, the last good one if Bad, becomes `decided`)."""
+    if abs(decided - s[PS_ACTION]) > 1e-12 * (1.0 + abs(decided)):
+        m = _pid_measurement(p, y, u)
+        _pid_track(p, s, decided, _pid_error(p, m) if np.isfinite(m) else s[PS_LAST_E])
+        s[PS_ACTION] = decided
+    s[PS_DECIDED] = decided
 
 
 _Y_ONLY: dict = {}
@@ -90,7 +212,7 @@ def _y_only(fill):
 def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy, y, u, prev, dt_s,
                   lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
                   fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state,
-                  a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi):
+                  a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, fb_pid, pid_state, open_band):
     """One step of the shield; writes `out` (the action to actuate, plant units) and returns
     its source code (POLICY ... FALLBACK_UNKNOWN). state[0]: 1 while the fallback acts (its
     q_ref latched), else 0. See the module docstring for the rest."""
@@ -113,6 +235,9 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
                 if not np.isfinite(w):
                     unknown = True
                 Wz[r, c] = w * scale[c]
+    for i in range(n):  # the PID fallbacks run every step, whoever acts (warm, bumpless)
+        if fb_kind[i] == FB_PID:
+            pid_before(fb_pid[i], pid_state[i], u[act_u[i]], y, u, dt_s)
     code = POLICY
     if unknown:
         code = FALLBACK_UNKNOWN
@@ -138,6 +263,8 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
             kind = fb_kind[i]
             if kind == FB_FIXED:
                 a[i] = fb_value[i]
+            elif kind == FB_PID:
+                a[i] = pid_state[i, PS_ACTION]
             elif kind == FB_JOINT_PD:
                 q = y[fb_iq[i]]
                 dq = y[fb_idq[i]]
@@ -147,12 +274,19 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
                     a[i] = 0.0
             else:
                 a[i] = u[act_u[i]]
+    # the supervisor's band (limited mode) bounds the policy only: the fallback is projected on
+    # the envelope without it, as the safety process projects its baseline
+    blo = band_lo if code == POLICY else open_band[0]
+    bhi = band_hi if code == POLICY else open_band[1]
     if unknown:
-        status = project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz[:0], b0[:0], By[:0],
+        status = project_kernel(a, prev, dt_s, y, u, lo, hi, rate, blo, bhi, Wz[:0], b0[:0], By[:0],
                                 Bu[:0], scale, out, lo_eff, hi_eff, src, bvec[:0], work, max_iter)
     else:
-        status = project_kernel(a, prev, dt_s, y, u, lo, hi, rate, band_lo, band_hi, Wz, b0, By, Bu, scale,
+        status = project_kernel(a, prev, dt_s, y, u, lo, hi, rate, blo, bhi, Wz, b0, By, Bu, scale,
                                 out, lo_eff, hi_eff, src, bvec, work, max_iter)
+    for i in range(n):
+        if fb_kind[i] == FB_PID:
+            pid_after(fb_pid[i], pid_state[i], out[i], y, u)
     if code == POLICY and status != 0:
         code = PROJECTED
     return code
@@ -162,7 +296,8 @@ def shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_poli
 def shield_into(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy, y, u, prev, dt_s,
                 lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
                 fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state,
-                a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, u_cmd, apply_index, apply_pos):
+                a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, fb_pid, pid_state, open_band,
+                u_cmd, apply_index, apply_pos):
     """The loop's shield stage: prev = the applied actions u[act_u], shield_kernel, then the
     bus-driven actions into the loop's commands (u_cmd[apply_index] = out[apply_pos])."""
     for i in range(act_u.size):
@@ -170,7 +305,8 @@ def shield_into(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy
     code = shield_kernel(fill, fill_args, k, prop, prop_step, max_age_steps, allow_policy, y, u, prev, dt_s,
                          lo, hi, rate, W, Wz, b0, By, Bu, scale, m_static, reads_y, reads_u,
                          fb_kind, fb_value, fb_iq, fb_idq, fb_kp, fb_kd, act_u, q_ref, state,
-                         a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi)
+                         a, out, lo_eff, hi_eff, src, bvec, work, max_iter, band_lo, band_hi, fb_pid, pid_state,
+                         open_band)
     for j in range(apply_index.size):
         u_cmd[apply_index[j]] = out[apply_pos[j]]
     return code
@@ -222,7 +358,10 @@ class Shield:
         self.fb_idq = np.zeros(n, dtype=np.int64)
         self.fb_kp = np.zeros(n)
         self.fb_kd = np.zeros(n)
+        self.fb_pid = np.zeros((n, PID_PARAMS))
+        self.pid_state = np.zeros((n, PID_STATE))
         self._fallback_laws(sec.fallback, spec)
+        self.open_band = np.vstack([np.full(n, -np.inf), np.full(n, np.inf)])
         self.q_ref = np.full(n, np.nan)
         self.state = np.zeros(1, dtype=np.int64)
         self.a = np.zeros(n)
@@ -236,6 +375,15 @@ class Shield:
         self.band_hi = np.full(n, np.inf)
         self._entry = None  # shield_kernel's compiled entry point for the step's argument types
         self._into_entry = None  # shield_into's
+
+    def reset(self) -> None:
+        """A new episode: nothing latched, the PID fallbacks as built, no band (the state a new
+        Shield of this configuration has; the compiled code and the bound arrays are kept)."""
+        self.state[:] = 0
+        self.q_ref[:] = np.nan
+        self.band_lo[:] = -np.inf
+        self.band_hi[:] = np.inf
+        self.reset_pid()
 
     def _fallback_laws(self, fb, spec) -> None:
         """[safety.fallback]: fixed values, joint PD blocks, hold (the default: the applied value)."""
@@ -256,10 +404,28 @@ class Shield:
                     self.fb_kind[i] = FB_JOINT_PD
                     self.fb_iq[i], self.fb_idq[i] = iq[e], idq[e]
                     self.fb_kp[i], self.fb_kd[i] = kp[e], kd[e]
-        unsupported = [lp.input for lp in fb.loops if lp.input in self.names]
-        if unsupported:
-            raise ValueError(f"safety.fallback.loops: the in-loop shield has no PID fallback yet ({', '.join(unsupported)}); "
-                             "these plants keep their fallback in the safety process")
+        for lp in fb.loops:
+            if lp.input not in self.names:
+                continue
+            i = self.names.index(lp.input)
+            pid = pid_from_config(lp, spec.quantity("inputs", lp.input))
+            kind, idx = signal_index(spec, lp.measurement)
+            safe = fb.safe_output[lp.input] if fb.loop_on_bad(lp) == "safe" else np.nan
+            self.fb_kind[i] = FB_PID
+            self.fb_pid[i] = (pid.kp, pid.ki, pid.kd, pid.bias, float(pid.reverse), pid.td_filter_s, pid.out_min,
+                              pid.out_max, float(lp.setpoint), float(kind == "u"), float(idx), safe)
+        self.reset_pid()
+
+    def reset_pid(self) -> None:
+        """The PID fallbacks' state as FallbackController builds it: integral 0, no measurement
+        yet, output at the clipped bias, nothing decided (the first step follows the applied value)."""
+        st = self.pid_state
+        st[:] = 0.0
+        st[:, PS_LAST_MEAS] = np.nan
+        st[:, PS_LAST_E] = np.nan
+        st[:, PS_DECIDED] = np.nan
+        p = self.fb_pid
+        st[:, PS_ACTION] = np.minimum(np.maximum(p[:, PID_BIAS], p[:, PID_OUT_MIN]), p[:, PID_OUT_MAX])
 
     def step_into(self, k: int, proposal: np.ndarray, proposal_step: int, y: np.ndarray, u: np.ndarray,
                   prev: np.ndarray, dt_s: float, out: np.ndarray, allow_policy: bool, u_cmd: np.ndarray,
@@ -271,7 +437,8 @@ class Shield:
                 self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
                 self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
                 self.act_u, self.q_ref, self.state, self.a, out, self.lo_eff, self.hi_eff, self.src,
-                self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi, u_cmd, apply_index, apply_pos)
+                self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi, self.fb_pid, self.pid_state,
+                self.open_band, u_cmd, apply_index, apply_pos)
         entry = self._into_entry
         if entry is not None:
             try:
@@ -300,7 +467,8 @@ class Shield:
                 self.b0, self.By, self.Bu, self.scale, self.m_static, self.reads_y, self.reads_u,
                 self.fb_kind, self.fb_value, self.fb_iq, self.fb_idq, self.fb_kp, self.fb_kd,
                 self.act_u, self.q_ref, self.state, self.a, out, self.lo_eff, self.hi_eff, self.src,
-                self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi)
+                self.bvec, self.work, self.max_iter, self.band_lo, self.band_hi, self.fb_pid, self.pid_state,
+                self.open_band)
         entry = self._entry
         if entry is not None:
             try:
@@ -326,7 +494,8 @@ class Shield:
 
 _BOUND_FIELDS = ("fill_args", "prop", "y", "u", "prev", "lo", "hi", "rate", "W", "Wz", "b0", "By", "Bu", "scale",
                  "reads_y", "reads_u", "fb_kind", "fb_value", "fb_iq", "fb_idq", "fb_kp", "fb_kd", "act_u", "q_ref",
-                 "state", "a", "out", "lo_eff", "hi_eff", "src", "bvec", "work", "band_lo", "band_hi", "u_cmd",
+                 "state", "a", "out", "lo_eff", "hi_eff", "src", "bvec", "work", "band_lo", "band_hi", "fb_pid",
+                 "pid_state", "open_band", "u_cmd",
                  "apply_index", "apply_pos", "dt_s", "m_static", "max_age_steps", "max_iter")
 _BOUND_CLASSES: dict = {}
 
@@ -358,7 +527,8 @@ def _bound_step(fill):
                                S.prev, S.dt_s, S.lo, S.hi, S.rate, S.W, S.Wz, S.b0, S.By, S.Bu, S.scale,
                                S.m_static, S.reads_y, S.reads_u, S.fb_kind, S.fb_value, S.fb_iq, S.fb_idq, S.fb_kp,
                                S.fb_kd, S.act_u, S.q_ref, S.state, S.a, S.out, S.lo_eff, S.hi_eff, S.src, S.bvec,
-                               S.work, S.max_iter, S.band_lo, S.band_hi, S.u_cmd, S.apply_index, S.apply_pos)
+                               S.work, S.max_iter, S.band_lo, S.band_hi, S.fb_pid, S.pid_state, S.open_band, S.u_cmd,
+                               S.apply_index, S.apply_pos)
 
         _BOUND_STEPS[fill] = run
     return run

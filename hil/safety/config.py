@@ -448,9 +448,6 @@ class SafetySection(StrictModel):
     def _shield_problems(self, spec, scenario) -> list[tuple[str, str]]:
         """What the in-loop shield cannot enforce (placement = 'loop'), each with its key."""
         problems = []
-        if self.fallback.loops:
-            problems.append(("safety.fallback.loops", "the in-loop shield has no PID fallback: use placement = "
-                             "'process' for this plant, or a fixed / hold / joint_pd fallback"))
         for i, blk in enumerate(self.fallback.joint_pd):
             if blk.gravity:
                 problems.append((f"safety.fallback.joint_pd[{i}].gravity", "the in-loop shield's joint PD has "

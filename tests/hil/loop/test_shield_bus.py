@@ -44,6 +44,7 @@ def ep():
     ns.n = len(ep.action_names)
     ns.grip = ep.action_names.index(GRIP)
     ns.u_cmd = u.copy()
+    ns.sent = set()  # channels sent on since the last _step
     yield ns
     for s in (prop, sup):
         s.close(0)
@@ -61,14 +62,22 @@ def _decide(ns, step, allow=True, lo=None, hi=None, mode="full", sender=None):
     lo = np.full(ns.n, -np.inf) if lo is None else lo
     hi = np.full(ns.n, np.inf) if hi is None else hi
     ns.sup.send((sender or ns.safety).encode_supervisor(step, step * 1e-3, allow, lo, hi, mode, "test"))
+    ns.sent.add("sup")
 
 
 def _propose(ns, step, a):
     ns.prop.send(ns.policy.encode_proposal(step, step * 1e-3, a, None, "v1", 10.0))
+    ns.sent.add("prop")
 
 
 def _step(ns, k):
-    """before_step(k) once the messages sent so far have arrived (ipc: well within 5 ms)."""
+    """before_step(k) once the messages sent so far have arrived: the endpoint's socket of each
+    channel sent on since the last step is readable (bounded wait: a loaded machine can hold the
+    zmq I/O thread off for tens of ms), then 5 ms for the rest of a burst (ipc)."""
+    for which in ns.sent:
+        sock = ns.ep._sup_sock if which == "sup" else ns.ep._prop_sock
+        sock.poll(10_000, zmq.POLLIN)
+    ns.sent.clear()
     time.sleep(0.005)
     ns.ep.before_step(k, k * 1e-3, ns.u_cmd, False)
     app = ns.u_cmd[ns.ep._apply_index].copy()
@@ -168,12 +177,15 @@ def test_forged_and_replayed_supervisor_decisions_change_nothing(ep):
     for sender in (forger, Sender("proposal", ep.ep.key)):
         raw = sender.encode_supervisor(0, 0.0, True, np.full(ep.n, -np.inf), np.full(ep.n, np.inf), "full", "forged")
         ep.sup.send(raw)
+        ep.sent.add("sup")
     genuine = ep.safety.encode_supervisor(0, 0.0, True, np.full(ep.n, -np.inf), np.full(ep.n, np.inf), "full", "ok")
     ep.sup.send(genuine)
+    ep.sent.add("sup")
     assert _step(ep, 8)[0] in (POLICY, PROJECTED)  # the genuine one acts
     _decide(ep, 0, allow=False, mode="shadow")
     assert _step(ep, 12)[0] == FALLBACK_MODE
     ep.sup.send(genuine)  # replayed: older than the last accepted
+    ep.sent.add("sup")
     assert _step(ep, 16)[0] == FALLBACK_MODE
     c = ep.ep.counters()
     assert c["supervisor_dropped_auth"] == 2 and c["supervisor_dropped_replay"] == 1, c
@@ -198,6 +210,7 @@ def _late_spell(ns, send_stamped_early: bool):
         codes[k], _ = _step(ns, k)
     assert codes[10] == codes[11] == FALLBACK_LATE, codes
     ns.prop.send(held if send_stamped_early else ns.policy.encode_proposal(3, 3e-3, _a(ns, 0.06), None, "v1", 10.0))
+    ns.sent.add("prop")
     _publish(ns, 11)
     code, app = _step(ns, 12)
     assert code in (POLICY, PROJECTED) and app[ns.grip] == pytest.approx(0.06)
@@ -249,6 +262,7 @@ def test_silent_steps_a_decision_sent_in_time_would_have_ended_count_as_transpor
     silent = codes.count(FALLBACK_SILENT)
     assert silent >= 2, codes[-6:]
     ep.sup.send(held)
+    ep.sent.add("sup")
     k = silence + 5
     _publish(ep, k - 1)
     assert _step(ep, k)[0] in (POLICY, PROJECTED)
