@@ -12,8 +12,8 @@ update -> write), each stage timed.
                 residual correction, state check, outputs, sensor gaps, the recording row
     publish     measured outputs and applied inputs to the image (PLCs, SCADA) and the bus
     record      the row to the recorder's ring (every `recording.decimate` steps); states
-                outside bounds noted; the status tick (wall time), one stage per period
-                (supervision, young-garbage collection, snapshot, hand-over)
+                outside bounds noted; the status tick (wall time); below a 1 ms period one
+                stage per period (supervision, young-garbage collection, snapshot, hand-over)
 
 Python here is the I/O boundary only (image, bus, recorder, status); the arithmetic is in
 the compiled step. Stage times (ns, per stage: total and max) are in `StageTimes`; the run
@@ -35,6 +35,7 @@ from hil.recorder import RecorderDied
 
 STAGES = ("read", "decide", "step", "publish", "record")
 _DONE = object()  # the status tick's end marker
+STAGED_TICK_BELOW_S = 1e-3  # periods (s) below which the status tick runs one stage per period
 
 
 class StageTimes:
@@ -83,6 +84,9 @@ def _run(rt, summary, acc) -> None:
     take_into(u_cmd, u_cmd, plc_idx)
     clock.start(0.0 if lockstep else 0.05)
     tick = None  # the status tick's remaining stages (hil/loop/children.py status_tick_stages)
+    # one stage per period below STAGED_TICK_BELOW_S, where the whole tick (~0.3 ms) would
+    # skip deadlines; longer periods and lockstep run it at once
+    staged_tick = clock.realtime and clock.period_ns < STAGED_TICK_BELOW_S * 1e9
     k = 0
     for k in range(rt.n_steps):
         if rt._stop:
@@ -169,6 +173,10 @@ def _run(rt, summary, acc) -> None:
             summary.steps = k + 1
             tick = chain(status_tick_stages(rt, k + 1, t + step_s), (_DONE,))
             next(tick)  # the supervision now (it may stop the run); the rest in the next periods
+            if not staged_tick:  # the whole tick now: it is small beside the period
+                for _ in tick:
+                    pass
+                tick = None
             if rec is not None and rt.children.is_dead("recorder"):
                 rec = rt._recorder_lost(k, t + step_s, summary)
     else:
