@@ -7,7 +7,8 @@ A run started by `hil run` or `hil demo` announces itself in this user's live-ru
     <scenario>.<pid>.json        written once: process image name, recording directory,
                                  safety status file and decision log, scenario (as run)
     <scenario>.<pid>.stats.json  rewritten at each status tick (loop.status_interval_s, from
-                                 the status thread, never the loop's): steps, simulated and
+                                 hil/loop/stats_writer.py's child process in real time, the
+                                 status thread in lockstep; never the loop's): steps, simulated and
                                  wall time, overruns, late steps, active alarms, the lateness
                                  histogram (non-empty buckets: [low us, count])
 

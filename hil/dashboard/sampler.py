@@ -5,7 +5,7 @@ process) reads:
 - the process image (hil/image.py): a seqlock-consistent copy of the outputs as served and
   the inputs as applied, with the step and simulated time. Reading takes no lock the loop
   waits on: the loop never notices a reader;
-- the run's status snapshot (hil/live_runs.py, written by the loop's status thread every
+- the run's status snapshot (hil/live_runs.py, written off the loop's thread every
   loop.status_interval_s): overruns, late steps, lateness histogram, the loop's alarms;
 - the safety process's status file (mode, acting source, policy version, alarms, gate),
   when its modification time changed;

@@ -117,6 +117,8 @@ def pids(rt) -> list[int]:
         out.append(rt.recorder.pid)
     if rt._policy_handles is not None:
         out += [rt._policy_handles.policy.pid, rt._policy_handles.safety.pid]
+    if getattr(rt, "_stats_writer", None) is not None:
+        out.append(rt._stats_writer.pid)
     return [p for p in out if p]
 
 
@@ -124,7 +126,9 @@ def raise_priority(rt) -> None:
     """Real time: SCHED_FIFO, pinning, mlock as loop.priority / loop.cpu say (rt.apply_loop_scheduling),
     once the children run (they keep normal scheduling); `rt.scheduling` is what was obtained. Under
     SCHED_FIFO the spin stays under half a period, so the loop sleeps and its CPU's other work
-    runs. The policy and safety processes then go just below the loop."""
+    runs. The loop process's other threads (the status thread) go just below the loop, off its CPU,
+    with a GIL switch interval under the spin (rt.guard_threads); the policy and safety processes
+    go just below the loop too."""
     if rt.lockstep:
         rt.scheduling = {**sched.current_scheduling(), "lockstep": True}
     else:
@@ -135,6 +139,11 @@ def raise_priority(rt) -> None:
             rt.clock.spin_ns = rt.clock.period_ns // 2
             rt.warnings.append(f"loop.spin_us limited to {rt.clock.spin_ns / 1e3:g} us (half the period) "
                                "under SCHED_FIFO, so that the loop never holds its CPU for a whole period")
+        if rt.scheduling["policy"] == "SCHED_FIFO":  # no GIL holder of this process left preempted
+            cpus = rt.scheduling.get("cpus") or []
+            rt.thread_guard, warns = sched.guard_threads(rt.scheduling["priority"], cpus[0] if len(cpus) == 1 else None,
+                                                         rt.clock.spin_ns * 1e-9)
+            rt.warnings += warns
     if getattr(rt, "on_scheduled", None) is not None:
         rt.on_scheduled(rt.scheduling, list(rt.warnings))
     if rt._policy_handles is not None and rt.scheduling.get("policy") == "SCHED_FIFO":
@@ -151,7 +160,18 @@ def raise_priority(rt) -> None:
 def status_tick(rt, steps: int, t_s: float) -> None:
     """Every `loop.status_interval_s` of wall time, after a step's publish: check the helper
     processes (a required one dead stops the run), collect young garbage, hand a status
-    snapshot to the status thread. Raises RunStopped."""
+    snapshot to the stats writer (hil/loop/stats_writer.py) and the status thread. Raises
+    RunStopped. The loop runs the same work in stages, one per period: status_tick_stages."""
+    for _ in status_tick_stages(rt, steps, t_s):
+        pass
+
+
+def status_tick_stages(rt, steps: int, t_s: float):
+    """The status tick as a generator of stages, one per period (the period calls next() after
+    each following step): the supervision (raises RunStopped), the young-garbage collection, the
+    snapshot, its hand-over. Each stage is tens of us; all at once they made the loop late by
+    200 to 400 us at every tick at 10 kHz. A snapshot thus describes the run two periods after
+    the tick's step (its "steps" is the tick's)."""
     stop_reasons = rt.children.check(steps - 1, t_s)
     safety_lost = None
     if rt.safety_watch is not None and not rt._stop:  # dead or hung safety: alarm, stop if required
@@ -160,14 +180,27 @@ def status_tick(rt, steps: int, t_s: float) -> None:
         supervise_policy(rt, steps - 1, t_s)
     if rt.shield_in_loop:
         watch_supervisor(rt, steps - 1, t_s)
-    if not (stop_reasons or safety_lost):
-        rt.gc.tick()
-    if rt._reporter is not None:
-        rt._reporter.offer(rt._status(steps))  # with the alarm, also when stopping on it
-    if stop_reasons:
-        raise RunStopped("process died", "; ".join(stop_reasons), EXIT_PROCESS_DIED)
-    if safety_lost:
+    if stop_reasons or safety_lost:  # at once, with the alarm in the snapshot
+        _offer_status(rt, rt._status(steps))
+        if stop_reasons:
+            raise RunStopped("process died", "; ".join(stop_reasons), EXIT_PROCESS_DIED)
         raise RunStopped("safety lost", safety_lost, EXIT_SAFETY_LOST)
+    yield
+    rt.gc.tick()
+    if rt._reporter is None and getattr(rt, "_stats_writer", None) is None:
+        return
+    yield
+    status = rt._status(steps)
+    yield
+    _offer_status(rt, status)
+
+
+def _offer_status(rt, status: dict) -> None:
+    writer = getattr(rt, "_stats_writer", None)
+    if writer is not None:
+        writer.offer(status)  # pickled now: the status thread may own the dict afterwards
+    if rt._reporter is not None:
+        rt._reporter.offer(status)
 
 
 def watch_supervisor(rt, step: int, t_s: float) -> None:

@@ -2,8 +2,11 @@
 
     publish the initial outputs     before any server starts: a client never reads placeholders
     start the children              recorder, servers, policy and safety (hil/loop/children.py)
-    announce, on_started, status    (hil/live_runs.py; the caller's SoftPLC; the status thread)
-    gc.begin, raise the priority    the full collection at normal priority, then SCHED_FIFO
+    announce, on_started, status    (hil/live_runs.py, its stats file written in real time by a child
+                                    process: hil/loop/stats_writer.py; the caller's SoftPLC; the
+                                    status thread, only for a caller's on_status)
+    gc.begin, raise the priority    the full collection at normal priority, then SCHED_FIFO (the
+                                    status thread just below the loop: rt.guard_threads)
     the period                      hil/loop/period.py, until the duration, a stop or a failure
     finish                          normal priority, on_stopping, the summary, the children
                                     stopped (policy and safety, servers), the recorder closed
@@ -62,7 +65,12 @@ def run(rt, on_status: Callable[[dict], None] | None = None, on_started: Callabl
 
             try:
                 rt._live = Announcement(rt)
-                on_status = _both(on_status, rt._live.update)
+                if rt.lockstep:
+                    on_status = _both(on_status, rt._live.update)
+                else:  # real time: by a child process, not a thread competing for the GIL
+                    from hil.loop.stats_writer import StatsWriter
+
+                    rt._stats_writer = StatsWriter(rt._live.stats_path)
             except OSError as exc:  # a viewer cannot find the run; the run itself goes on
                 rt.warnings.append(f"run not announced for `hil dashboard`: {exc}")
         if on_started is not None:
@@ -91,6 +99,8 @@ def run(rt, on_status: Callable[[dict], None] | None = None, on_started: Callabl
         if rt.state == "running":
             rt.state = "stopped"
         sched.set_normal()
+        sched.release_threads(getattr(rt, "thread_guard", None))
+        rt.thread_guard = None
         rt.image.set_loop_state(rt.state)
         if on_stopping is not None:
             on_stopping(rt)
@@ -135,6 +145,10 @@ def finish(rt, summary: RunSummary) -> None:
     if getattr(rt, "stage_times", None) is not None:
         summary.extra["stage_us"] = rt.stage_times.summary_us()
     summary.gc = rt.gc.summary()
+    writer = getattr(rt, "_stats_writer", None)
+    if writer is not None:  # its last snapshot written before the final figures below
+        writer.close()
+        rt._stats_writer = None
     if rt._live is not None:  # the final figures for a viewer still attached
         try:
             rt._live.update(rt._status(summary.steps))

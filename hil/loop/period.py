@@ -12,7 +12,8 @@ update -> write), each stage timed.
                 residual correction, state check, outputs, sensor gaps, the recording row
     publish     measured outputs and applied inputs to the image (PLCs, SCADA) and the bus
     record      the row to the recorder's ring (every `recording.decimate` steps); states
-                outside bounds noted; the status tick (wall time)
+                outside bounds noted; the status tick (wall time); below a 1 ms period one
+                stage per period (supervision, young-garbage collection, snapshot, hand-over)
 
 Python here is the I/O boundary only (image, bus, recorder, status); the arithmetic is in
 the compiled step. Stage times (ns, per stage: total and max) are in `StageTimes`; the run
@@ -22,15 +23,19 @@ summary reports them as `stage_us` (mean and max per stage, microseconds).
 from __future__ import annotations
 
 import time
+from itertools import chain
 
 import numpy as np
 
 from hil.errors import PlantDiverged, RunStopped
+from hil.loop.children import status_tick_stages
 from hil.loop.health import EXIT_STATE_OUT_OF_BOUNDS
 from hil.loop.kernels import take_into
 from hil.recorder import RecorderDied
 
 STAGES = ("read", "decide", "step", "publish", "record")
+_DONE = object()  # the status tick's end marker
+STAGED_TICK_BELOW_S = 1e-3  # periods (s) below which the status tick runs one stage per period
 
 
 class StageTimes:
@@ -74,7 +79,14 @@ def _run(rt, summary, acc) -> None:
     now_ns = time.perf_counter_ns
     step = ls.step
     shield_col = len(row) - 1 if getattr(rt, "shield_in_loop", False) else 0
+    # bind the read stage's kernel now, not in step 0: its first call loads the compiled code
+    # from the cache (2.7 to 62 ms seen at 10 kHz: that many deadlines skipped); a no-op copy
+    take_into(u_cmd, u_cmd, plc_idx)
     clock.start(0.0 if lockstep else 0.05)
+    tick = None  # the status tick's remaining stages (hil/loop/children.py status_tick_stages)
+    # one stage per period below STAGED_TICK_BELOW_S, where the whole tick (~0.3 ms) would
+    # skip deadlines; longer periods and lockstep run it at once
+    staged_tick = clock.realtime and clock.period_ns < STAGED_TICK_BELOW_S * 1e9
     k = 0
     for k in range(rt.n_steps):
         if rt._stop:
@@ -151,11 +163,20 @@ def _run(rt, summary, acc) -> None:
             if fail_out_of_bounds:
                 summary.steps = k + 1
                 raise RunStopped("state out of bounds", first, EXIT_STATE_OUT_OF_BOUNDS)
-        # status tick (wall time): liveness, collection, status snapshot
-        if (now := time.monotonic()) >= next_status:
+        # status tick (wall time): liveness, collection, status snapshot, one stage per period
+        if tick is not None:
+            summary.steps = k + 1
+            if next(tick, None) is _DONE:
+                tick = None
+        elif (now := time.monotonic()) >= next_status:
             next_status = now + status_every  # after a stall: one tick, not a burst
             summary.steps = k + 1
-            rt._status_tick(k + 1, t + step_s)
+            tick = chain(status_tick_stages(rt, k + 1, t + step_s), (_DONE,))
+            next(tick)  # the supervision now (it may stop the run); the rest in the next periods
+            if not staged_tick:  # the whole tick now: it is small beside the period
+                for _ in tick:
+                    pass
+                tick = None
             if rec is not None and rt.children.is_dead("recorder"):
                 rec = rt._recorder_lost(k, t + step_s, summary)
     else:

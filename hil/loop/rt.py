@@ -1,4 +1,5 @@
-"""Real-time knobs of the loop's process: SCHED_FIFO, CPU pinning, memory locking, timer slack.
+"""Real-time knobs of the loop's process: SCHED_FIFO, CPU pinning, memory locking, timer slack,
+and the process's other threads (guard_threads).
 
 Each returns None on success or a warning string saying what failed and why, so that a
 user without privileges gets a clear message and a run that still works (with worse
@@ -220,3 +221,94 @@ def apply_loop_scheduling(priority, cpu, child_pids=()) -> tuple[dict, list[str]
     obtained = current_scheduling(mlock)
     obtained["requested"] = {"priority": priority, "cpu": cpu}
     return obtained, warnings
+
+
+# ---- the loop process's other threads: no GIL holder left preempted ----
+#
+# The loop thread needs the GIL for the Python part of every period. Any other Python thread of
+# its process (the status thread, hil/loop/status.py) takes the GIL whenever the loop sleeps.
+# At SCHED_OTHER that thread can be preempted by any normal process while it holds the GIL; the
+# loop, woken before its deadline, then waits until the CFS runs the holder again: a scheduler
+# tick (4 ms at CONFIG_HZ=250). Seen with `perf sched` at 10 kHz: the loop blocked on the GIL,
+# the status thread runnable holding it, another process running for 5.0 ms on the loop's CPU,
+# at the status ticks. A shorter switch interval alone does not help (the holder is not running
+# to see the drop request). So the other Python threads run at SCHED_FIFO one below the loop,
+# off the loop's CPU: nothing but real-time work preempts them while they hold the GIL, and the
+# GIL switch interval is shortened to half the spin (at least 20 us) so that the loop, woken a
+# spin before its deadline, forces the GIL back soon. Tried and rejected: the same Python
+# threads on the loop's own CPU (they would run only while the loop sleeps): at 10 kHz, 6 s
+# runs, load ~11, 192 overruns and a 4.5 ms stall against 53 and 1.1 ms off the CPU; with a
+# 5 us switch interval there the loop and the thread livelocked (a 6 s run still going after
+# 13 min). Better still is no such thread: the live-run stats file is written by a child
+# process in real time (hil/loop/stats_writer.py); only a caller's on_status keeps a thread.
+
+_SWITCH_INTERVAL_MIN_S = 20e-6
+
+
+def thread_ids() -> tuple[int, list[int], set[int]]:
+    """(the calling thread's tid, every other thread's tid, those of them that run Python code)."""
+    import threading
+
+    me = threading.get_native_id()
+    try:
+        tids = sorted(int(t) for t in os.listdir("/proc/self/task"))
+    except OSError:
+        tids = []
+    python = {t.native_id for t in threading.enumerate() if t.native_id is not None} - {me}
+    return me, [t for t in tids if t != me], python
+
+
+def guard_threads(loop_priority: int, loop_cpu: int | None, spin_s: float) -> tuple[dict, list[str]]:
+    """Called by the loop thread once it has SCHED_FIFO `loop_priority` (pinned to `loop_cpu`, or
+    None): every other Python thread of the process gets SCHED_FIFO one below the loop (a GIL
+    holder that normal processes cannot preempt); every other thread, Python or not (OpenBLAS),
+    leaves the loop's CPU; the GIL switch interval drops to half the spin (at least 20 us), so
+    that the loop, woken `spin_s` before its deadline, takes the GIL back soon (see above).
+    Returns (saved, warnings); `release_threads(saved)` undoes it all."""
+    import sys
+
+    _, others, python = thread_ids()
+    saved: dict = {"switch_interval_s": sys.getswitchinterval(), "threads": []}
+    warnings: list[str] = []
+    helper_priority = max(1, int(loop_priority) - 1)
+    every_cpu = set(range(os.cpu_count() or 1))
+    failed = []
+    for tid in others:
+        try:
+            state = (tid, os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority,
+                     os.sched_getaffinity(tid))
+        except OSError:
+            continue  # gone
+        saved["threads"].append(state)
+        if loop_cpu is None:
+            cpus = None
+        else:
+            cpus = (state[3] - {loop_cpu}) or (every_cpu - {loop_cpu})
+        try:
+            if cpus:
+                os.sched_setaffinity(tid, cpus)
+            if tid in python:
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(helper_priority))
+        except OSError:
+            failed.append(tid)
+    if failed:
+        warnings.append(f"threads {failed} of the loop's process could not be given their CPUs or SCHED_FIFO "
+                        f"{helper_priority}: a Python thread among them may hold the GIL while preempted")
+    sys.setswitchinterval(max(_SWITCH_INTERVAL_MIN_S, min(saved["switch_interval_s"], spin_s / 2)))
+    return saved, warnings
+
+
+def release_threads(saved: dict | None) -> None:
+    """Undo guard_threads: the threads' policy, priority and CPUs, and the switch interval."""
+    if not saved:
+        return
+    import sys
+
+    sys.setswitchinterval(saved["switch_interval_s"])
+    for tid, policy, priority, cpus in saved["threads"]:
+        try:
+            os.sched_setscheduler(tid, policy, os.sched_param(priority))
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass  # ended meanwhile
+

@@ -103,3 +103,81 @@ def test_memory_is_locked_at_normal_priority_then_fifo_is_restored(fake_os, monk
     got, warnings = rt.apply_loop_scheduling("auto", "auto")
     assert seen == [os.SCHED_OTHER]
     assert warnings == [] and (got["policy"], got["priority"], got["mlock"]) == ("SCHED_FIFO", 80, True)
+
+
+# ---- guard_threads: the loop process's other threads while it runs at SCHED_FIFO ----
+
+
+@pytest.fixture
+def fake_threads(monkeypatch):
+    """Two other threads: 4242 runs Python (the status thread), 4243 does not (OpenBLAS)."""
+    import sys
+
+    threads = {4242: [os.SCHED_OTHER, 0, {0, 1}], 4243: [os.SCHED_OTHER, 0, {0, 1}]}
+
+    def setscheduler(tid, policy, param):
+        threads[tid][0], threads[tid][1] = policy, param.sched_priority
+
+    def setaffinity(tid, cpus):
+        threads[tid][2] = set(cpus)
+
+    monkeypatch.setattr(rt, "thread_ids", lambda: (4241, [4242, 4243], {4242}))
+    monkeypatch.setattr(os, "sched_setscheduler", setscheduler)
+    monkeypatch.setattr(os, "sched_getscheduler", lambda tid: threads[tid][0])
+    monkeypatch.setattr(os, "sched_getparam", lambda tid: os.sched_param(threads[tid][1]))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(threads[tid][2]))
+    monkeypatch.setattr(os, "sched_setaffinity", setaffinity)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    old = sys.getswitchinterval()
+    yield threads
+    sys.setswitchinterval(old)
+
+
+def test_guard_threads_makes_python_threads_fifo_below_the_loop_and_moves_all_off_its_cpu(fake_threads):
+    import sys
+
+    before = sys.getswitchinterval()
+    saved, warnings = rt.guard_threads(80, 1, spin_s=50e-6)
+    assert warnings == []
+    assert fake_threads[4242] == [os.SCHED_FIFO, 79, {0}]  # a GIL holder only real-time work preempts
+    assert fake_threads[4243] == [os.SCHED_OTHER, 0, {0}]  # no Python: policy left alone, off the CPU
+    assert sys.getswitchinterval() == pytest.approx(25e-6)  # half the spin: the GIL back before the deadline
+    rt.release_threads(saved)
+    assert fake_threads[4242] == [os.SCHED_OTHER, 0, {0, 1}]
+    assert fake_threads[4243] == [os.SCHED_OTHER, 0, {0, 1}]
+    assert sys.getswitchinterval() == pytest.approx(before)
+
+
+def test_guard_threads_switch_interval_has_a_floor_and_no_pinning_moves_nothing(fake_threads):
+    import sys
+
+    saved, _ = rt.guard_threads(1, None, spin_s=10e-6)
+    assert sys.getswitchinterval() == pytest.approx(20e-6)  # never below 20 us (livelock seen at 5 us)
+    assert fake_threads[4242] == [os.SCHED_FIFO, 1, {0, 1}]  # priority at least 1; CPUs untouched
+    assert fake_threads[4243][2] == {0, 1}
+    rt.release_threads(saved)
+    rt.release_threads(None)  # nothing guarded: a no-op
+
+
+def test_guard_threads_reports_a_thread_it_cannot_change(fake_threads, monkeypatch):
+    def refuse(tid, policy, param):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    _, warnings = rt.guard_threads(80, 1, spin_s=50e-6)
+    assert len(warnings) == 1 and "4242" in warnings[0] and "GIL" in warnings[0]
+
+
+def test_thread_ids_finds_a_python_thread():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        me, others, python = rt.thread_ids()
+        assert me == threading.get_native_id() and me not in others
+        assert t.native_id in others and t.native_id in python
+    finally:
+        stop.set()
+        t.join()
