@@ -30,6 +30,7 @@ A refused item raises `BulkAddError` naming the node id and the status code, lik
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import dataclasses
 from datetime import datetime, timezone
@@ -304,6 +305,7 @@ class LazyAdder:
         self.parents: dict = {}
         self.on_built = on_built
         self.added = 0  # nodes registered here (children included)
+        self.order: collections.deque = collections.deque()  # registration order, for build_some
 
     def _parent(self, nid, parent_nid) -> _ParentIndex:
         parent = self.parents.get(parent_nid)
@@ -340,6 +342,7 @@ class LazyAdder:
                 parent.property_names.add(browse_name.Name)
         pending = self.nodes.pending
         pending[nid] = lambda: self._build(nid, make_item, parent, children)
+        self.order.append(nid)
         self.added += 1 + len(children)
         for child, _ in children:
             pending[child] = lambda child=child: self._via_parent(nid, child)
@@ -365,11 +368,10 @@ class LazyAdder:
 
     def build_some(self, n: int) -> int:
         """Build up to `n` pending nodes (oldest first); returns how many are still pending."""
-        pending = self.nodes.pending
-        for _ in range(n):
-            if not pending:
-                break
-            nid = next(iter(pending))
-            if nid in pending:
+        pending, order = self.nodes.pending, self.order
+        while n > 0 and order:
+            nid = order.popleft()
+            if nid in pending:  # else built already (looked up, or with its parent)
                 self.nodes.build(nid)
+                n -= 1
         return len(pending)

@@ -211,6 +211,7 @@ class OpcuaAdapter:
         self._values = _ValueAttributes(self)  # NodeId -> AttributeValue of its Value attribute
         self._unbuilt: dict = {}  # NodeId -> the DataValue committed to a node not built yet
         self._lazy: opcua_bulk.LazyAdder | None = None
+        self._bad: tuple | None = None  # ((code, source ts, server ts), DataValue) shared by `_signal`
         self._status: dict[str, ua.NodeId] = {}
         self._lock = asyncio.Lock()
         self._codes: dict[int, ua.StatusCode] = {}
@@ -306,7 +307,7 @@ class OpcuaAdapter:
             av.value = dv
             av.value_callback = None
 
-    async def build_pending(self, chunk: int = 100) -> None:
+    async def build_pending(self, chunk: int = 25) -> None:
         """Build the nodes nobody looked up yet, `chunk` at a time between other work (the
         server's own task after it listens); nothing to do when nodes were built at once."""
         adder = self._lazy
@@ -380,7 +381,10 @@ class OpcuaAdapter:
             key = ("bad", code)
             if self._last.get(nid) != key:
                 self._last[nid] = key
-                out.append((nid, ua.DataValue(ua.Variant(), self._code(code), src, now)))
+                shared = self._bad  # one DataValue for every node going bad in this refresh
+                if shared is None or shared[0] != (code, src, now):
+                    shared = self._bad = ((code, src, now), ua.DataValue(ua.Variant(), self._code(code), src, now))
+                out.append((nid, shared[1]))
             return
         conv, vt = self._conv[nid]
         v = conv(x)
