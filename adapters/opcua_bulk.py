@@ -24,6 +24,9 @@ callbacks), the Value attribute's time stamps are the batch's start (asyncua rea
 per node), and the reference to the parent and to the type definition are copied from the
 first one asyncua's helper made for that parent or type (each node its own copy).
 
+`LazyAdder` registers nodes with the same checks and builds each (the same way) on first
+access, through `PendingNodes`, the node mapping it puts in the address space.
+
 A refused item raises `BulkAddError` naming the node id and the status code, like
 `AddNodesResult.StatusCode.check()` after the service would; nodes before it stay added.
 """

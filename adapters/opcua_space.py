@@ -16,6 +16,14 @@ folder, "<scenario>.Sensors/<folder>" an [[opcua.folders]] folder, "<scenario>.S
 its BrowseName is the signal name with the RelativePath-reserved characters made '_'
 (browse_name_of), its DisplayName the signal name ([[opcua.nodes]] display_name overrides).
 
+Start-up (LAZY_NODES): `build` makes the folders and registers every signal, property and
+status node (its parent's forward reference, its NodeId in the address space), each built
+(attributes, own references) the first time anything looks it up: a client's read, browse of
+its children, subscription, or the server's background task (`build_pending`, after it
+listens). Values committed to a node not built yet are kept and given to it when it is. What a
+client sees is the space built at once (tests/adapters/test_opcua_lazy.py); the server listens
+once the registrations are done instead of after building ~8700 nodes (case118).
+
 Values: `refresh()` copies what changed in the image into the nodes, with SourceTimestamp =
 wall-clock time of the loop's publish (actuators: of the last input write) and quality
 BadWaitingForInitialData before the first publish, BadSensorFailure for a non-finite
