@@ -107,9 +107,7 @@ import asyncio
 from asyncua import Client, ua
 from hil.tagmap.opcua import resolve_nodes
 last = [n for n in resolve_nodes(only.opcua, spec, only) if n.data_type != "Boolean"][-1]  # a plant node, analog
-async def first_read():
-    """A session, the signal's Value (BadWaitingForInitialData: no step yet) and its EURange,
-    and a browse of its parent: what a client does first."""
+async def first_read():  # a session, the signal's Value (no step yet) and EURange, a browse of its folder
     async with Client(only.opcua.endpoint_url(), timeout=120) as c:
         ns = await c.get_namespace_index(only.opcua.namespace(only.scenario.name))
         node = c.get_node(ua.NodeId(f"{only.scenario.name}.{last.path}", ns))
