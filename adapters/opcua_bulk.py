@@ -328,7 +328,8 @@ class LazyAdder:
             raise BulkAddError(nid, ua.StatusCodes.BadBrowseNameDuplicated,
                                f"parent {parent_nid} has a property {browse_name.Name!r}")
         if not typedef.is_null() and typedef not in self.nodes:
-            raise BulkAddError(nid, ua.StatusCodes.BadTypeDefinitionInvalid, f"type definition {typedef} does not exist")
+            raise BulkAddError(nid, ua.StatusCodes.BadTypeDefinitionInvalid,
+                               f"type definition {typedef} does not exist")
         key = (reftype, nid)
         if key not in parent.keys:
             desc = ua.ReferenceDescription()
