@@ -192,6 +192,26 @@ def final_counters(adapter: OpcuaAdapter, limits: ConnectionLimits) -> dict:
             "subscriptions": g["subscriptions"], "monitored_items": g["monitored_items"]}
 
 
+async def _build_pending(adapter: OpcuaAdapter, freeze: bool) -> None:
+    """Once the server listens, build the nodes no client looked up yet (adapters/opcua_space.py
+    LAZY_NODES), a chunk at a time between client requests; without the cyclic collector
+    meanwhile, as during the start-up (STARTUP_WITHOUT_GC), then frozen with the rest."""
+    gc_was_on = gc.isenabled()
+    if STARTUP_WITHOUT_GC:
+        gc.disable()
+    try:
+        t = time.perf_counter()
+        await adapter.build_pending()
+        if adapter.lazily_added:
+            log.info("OPC UA address space complete: %d nodes built after listening (%.2f s)",
+                     adapter.lazily_added, time.perf_counter() - t)
+        if freeze:
+            gc.freeze()
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
 async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, spec=None,
                 freeze_startup: bool = False) -> dict:
     """Serve until `stop` is set; returns `final_counters`. `freeze_startup` (the server's own
@@ -210,12 +230,14 @@ async def serve(scenario, image: ProcessImage, stop: asyncio.Event, ready=None, 
              f"{section.idle_timeout_s:g} s" if section.idle_timeout_s > 0 else "off",
              ", ".join(f"{k} {v:.2f} s" for k, v in server.hil_start_s.items()), server.iserver.standard_space_note)
     sweeper = asyncio.ensure_future(limits.sweep_idle())
+    builder = asyncio.ensure_future(_build_pending(adapter, freeze_startup))
     try:
         if ready is not None:
             ready.set()
         await adapter.poll(stop)
     finally:
         sweeper.cancel()
+        builder.cancel()
         await server.stop()
         log.info("OPC UA sampler: %d samples, %d postponed under load", adapter.samples, adapter.shed)
     return final_counters(adapter, limits)

@@ -24,12 +24,17 @@ callbacks), the Value attribute's time stamps are the batch's start (asyncua rea
 per node), and the reference to the parent and to the type definition are copied from the
 first one asyncua's helper made for that parent or type (each node its own copy).
 
+`LazyAdder` registers nodes with the same checks and builds each (the same way) on first
+access, through `PendingNodes`, the node mapping it puts in the address space.
+
 A refused item raises `BulkAddError` naming the node id and the status code, like
 `AddNodesResult.StatusCode.check()` after the service would; nodes before it stay added.
 """
 
 from __future__ import annotations
 
+import collections
+import collections.abc
 import dataclasses
 from datetime import datetime, timezone
 
@@ -221,3 +226,156 @@ def add_nodes(iserver, items: list[ua.AddNodesItem]) -> int:
                 parent.property_names.add(item.BrowseName.Name)
         maker.own_references(node, item, parent.data)  # to its parent, to its type
     return len(items)
+
+
+# ---- nodes registered now, built on first access ------------------------------------------
+
+
+class PendingNodes(collections.abc.MutableMapping):
+    """The dict asyncua keeps its nodes in (`aspace._nodes`), with nodes that are registered but
+    not built yet: `pending` maps their NodeId to a function that builds them (and puts them in
+    `inner`). Looking a pending node up (get, [], a client's read or browse of it) builds it
+    first; `in`, iteration and len count it already. `inner`: the mapping it wraps (asyncua's
+    dict or opcua_stdcache.LazyNodes)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.pending: dict = {}
+
+    def build(self, key) -> None:
+        """Build the pending node `key` (KeyError if it is not pending)."""
+        self.pending.pop(key)()
+
+    def __getitem__(self, key):
+        try:
+            return self.inner[key]
+        except KeyError:
+            if key not in self.pending:
+                raise
+        self.build(key)
+        return self.inner[key]
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __setitem__(self, key, value) -> None:
+        self.pending.pop(key, None)
+        self.inner[key] = value
+
+    def __delitem__(self, key) -> None:
+        if key in self.pending:
+            self.build(key)  # asyncua deletes what it can look at
+        del self.inner[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self.pending or key in self.inner
+
+    def __iter__(self):
+        yield from list(self.inner)
+        yield from list(self.pending)
+
+    def __len__(self) -> int:
+        return len(self.inner) + len(self.pending)
+
+
+class LazyAdder:
+    """Adds nodes as `add_nodes` does, but builds each one (attributes, own references) only when
+    something first looks it up; `build_some(n)` builds pending ones meanwhile.
+
+    `add(nid, parent, reftype, browse_name, node_class, display_name, typedef, make_item,
+    children)` checks what `add_nodes` checks and puts the parent's forward reference in place at
+    once (browsing the parent lists the node: same ReferenceDescription, same order); `make_item()`
+    returns the node's AddNodesItem when it is built. `children`: (nid, make_item) of nodes whose
+    parent is this one (its properties), added when this node is built, in that order (as
+    `add_nodes` would have added them right after it); looking one up builds its parent first.
+    Children are checked when added (their names are the adapter's fixed property names).
+    `on_built(nid, node)` runs after each node is built. A node built here equals the node
+    `add_nodes` makes from the same item (tests/adapters/test_opcua_lazy.py).
+    """
+
+    def __init__(self, iserver, on_built=None):
+        service = iserver.node_mgt_service
+        self.aspace = service._aspace
+        nodes = self.aspace._nodes
+        if not isinstance(nodes, PendingNodes):
+            nodes = self.aspace._nodes = PendingNodes(nodes)
+        self.nodes = nodes
+        self.maker = _NodeMaker(service)
+        self.has_property = ua.NodeId(ua.ObjectIds.HasProperty)
+        self.parents: dict = {}
+        self.on_built = on_built
+        self.added = 0  # nodes registered here (children included)
+        self.order: collections.deque = collections.deque()  # registration order, for build_some
+
+    def _parent(self, nid, parent_nid) -> _ParentIndex:
+        parent = self.parents.get(parent_nid)
+        if parent is None:
+            pdata = self.aspace.get(parent_nid)
+            if pdata is None:
+                raise BulkAddError(nid, ua.StatusCodes.BadParentNodeIdInvalid, f"parent {parent_nid} does not exist")
+            parent = self.parents[parent_nid] = _ParentIndex(pdata, self.has_property)
+        return parent
+
+    def add(self, nid, parent_nid, reftype, browse_name, node_class, display_name, typedef, make_item,
+            children=()) -> None:
+        if nid in self.nodes:
+            raise BulkAddError(nid, ua.StatusCodes.BadNodeIdExists, "already in the address space")
+        parent = self._parent(nid, parent_nid)
+        if browse_name.Name in parent.property_names:
+            raise BulkAddError(nid, ua.StatusCodes.BadBrowseNameDuplicated,
+                               f"parent {parent_nid} has a property {browse_name.Name!r}")
+        if not typedef.is_null() and typedef not in self.nodes:
+            raise BulkAddError(nid, ua.StatusCodes.BadTypeDefinitionInvalid,
+                               f"type definition {typedef} does not exist")
+        key = (reftype, nid)
+        if key not in parent.keys:
+            desc = ua.ReferenceDescription()
+            desc.ReferenceTypeId = reftype
+            desc.NodeId = nid
+            desc.NodeClass = node_class
+            desc.BrowseName = browse_name
+            desc.DisplayName = display_name
+            desc.TypeDefinition = typedef
+            desc.IsForward = True
+            parent.data.references.append(desc)
+            parent.keys[key] = True
+            if reftype == self.has_property:
+                parent.property_names.add(browse_name.Name)
+        pending = self.nodes.pending
+        pending[nid] = lambda: self._build(nid, make_item, parent, children)
+        self.order.append(nid)
+        self.added += 1 + len(children)
+        for child, _ in children:
+            pending[child] = lambda child=child: self._via_parent(nid, child)
+
+    def _build(self, nid, make_item, parent: _ParentIndex, children) -> None:
+        item = make_item()
+        node = NodeData(nid)
+        self.maker.attributes(node, item)
+        self.nodes.inner[nid] = node
+        self.maker.own_references(node, item, parent.data)
+        if self.on_built is not None:
+            self.on_built(nid, node)
+        for child, make_child in children:  # now as add_nodes would: the child's reference in this node
+            self.nodes.pending.pop(child, None)  # popped already when looking it up built this node
+            it = make_child()
+            self.added -= 1  # counted with this node
+            self.add(child, nid, it.ReferenceTypeId, it.BrowseName, it.NodeClass, it.NodeAttributes.DisplayName,
+                     it.TypeDefinition, lambda it=it: it)
+
+    def _via_parent(self, parent_nid, nid) -> None:
+        self.nodes[parent_nid]  # builds the parent, which adds this node (pending again)
+        self.nodes.build(nid)
+
+    def build_some(self, n: int) -> int:
+        """Build up to `n` pending nodes (oldest first); returns how many are still pending."""
+        pending, order = self.nodes.pending, self.order
+        while n > 0 and order:
+            nid = order.popleft()
+            if nid in pending:  # else built already (looked up, or with its parent)
+                self.nodes.build(nid)
+                n -= 1
+        return len(pending)

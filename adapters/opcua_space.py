@@ -16,6 +16,14 @@ folder, "<scenario>.Sensors/<folder>" an [[opcua.folders]] folder, "<scenario>.S
 its BrowseName is the signal name with the RelativePath-reserved characters made '_'
 (browse_name_of), its DisplayName the signal name ([[opcua.nodes]] display_name overrides).
 
+Start-up (LAZY_NODES): `build` makes the folders and registers every signal, property and
+status node (its parent's forward reference, its NodeId in the address space), each built
+(attributes, own references) the first time anything looks it up: a client's read, browse of
+its children, subscription, or the server's background task (`build_pending`, after it
+listens). Values committed to a node not built yet are kept and given to it when it is. What a
+client sees is the space built at once (tests/adapters/test_opcua_lazy.py); the server listens
+once the registrations are done instead of after building ~8700 nodes (case118).
+
 Values: `refresh()` copies what changed in the image into the nodes, with SourceTimestamp =
 wall-clock time of the loop's publish (actuators: of the last input write) and quality
 BadWaitingForInitialData before the first publish, BadSensorFailure for a non-finite
@@ -40,7 +48,8 @@ from datetime import datetime, timezone
 import numpy as np
 from asyncua import Server, ua
 
-from adapters.opcua_bulk import add_nodes
+from adapters import opcua_bulk
+from adapters.opcua_bulk import add_nodes, has_fast_path
 from adapters.opcua_writes import WriteGuard
 from hil.image import H_IN_SEQ, H_IN_WRITE_NS, H_IN_WRITES, ProcessImage
 from hil.tagmap.opcua import UNECE_NAMESPACE, NodeInfo, OpcuaSection, folder_node_path, resolve_nodes
@@ -52,6 +61,17 @@ SAMPLE_AFTER_PUBLISH = 0.15  # sample this fraction of a loop period after its p
 SAMPLER_DUTY = 0.25  # the sampler's share of the wall clock at most (see OpcuaAdapter.poll)
 MAX_SHED_S = 0.005  # load shedding never spaces two samples further apart than this
 S = ua.StatusCodes
+# Nodes are registered at start-up and each built when first looked up (or by the server's
+# background task once it listens), adapters/opcua_bulk.LazyAdder; False: all built before the
+# server listens (adapters/opcua_bulk.add_nodes). Either way a client sees the same nodes.
+LAZY_NODES = True
+STATUS_NODES = (
+    ("Step", ua.VariantType.UInt64, "loop step index of the published outputs"),
+    ("SimTime", ua.VariantType.Double, "simulated time of the published outputs, s"),
+    ("LoopState", ua.VariantType.String, "configured | running | stopped | failed"),
+    ("AcceptedWrites", ua.VariantType.UInt64, "client writes accepted by this server"),
+    ("RejectedWrites", ua.VariantType.UInt64, "client writes refused by this server"),
+)
 
 
 def _wall_dt(mono_ns: int) -> datetime:
@@ -156,6 +176,21 @@ def read_commands(image: ProcessImage, dst: np.ndarray, max_tries: int = 64) -> 
     return False
 
 
+class _ValueAttributes(dict):
+    """NodeId -> asyncua AttributeValue of the node's Value attribute, for the nodes built so far
+    (`get`, iteration, `in`); `[nid]` builds a node not built yet (LAZY_NODES) first."""
+
+    def __init__(self, adapter: "OpcuaAdapter"):
+        super().__init__()
+        self.adapter = adapter
+
+    def __missing__(self, nid):
+        server = self.adapter.server
+        if server is not None and server.iserver.aspace.get(nid) is not None and dict.__contains__(self, nid):
+            return dict.__getitem__(self, nid)
+        raise KeyError(nid)
+
+
 class OpcuaAdapter:
     """The address space of one scenario and its link to the process image."""
 
@@ -181,7 +216,10 @@ class OpcuaAdapter:
         self._cmd = np.zeros(spec.n_inputs)
         self._seen: dict[bool, tuple | None] = {False: None, True: None}
         self._signal_ids: list[tuple[NodeInfo, ua.NodeId]] = []
-        self._values: dict = {}  # NodeId -> asyncua AttributeValue of its Value attribute
+        self._values = _ValueAttributes(self)  # NodeId -> AttributeValue of its Value attribute
+        self._unbuilt: dict = {}  # NodeId -> the DataValue committed to a node not built yet
+        self._lazy: opcua_bulk.LazyAdder | None = None
+        self._bad: tuple | None = None  # ((code, source ts, server ts), DataValue) shared by `_signal`
         self._status: dict[str, ua.NodeId] = {}
         self._lock = asyncio.Lock()
         self._codes: dict[int, ua.StatusCode] = {}
@@ -208,7 +246,7 @@ class OpcuaAdapter:
         folders = {}
         for kind, fname in (*FOLDERS.items(), ("status", "Status")):
             folders[kind] = await root.add_folder(self._nid(fname), ua.QualifiedName(fname, idx))
-        items: list[ua.AddNodesItem] = []
+        signals = []
         for info in self.nodes:
             parent = folders[info.kind]
             if info.folder:  # [[opcua.folders]]: an array group's own folder
@@ -219,57 +257,120 @@ class OpcuaAdapter:
             nid = self._nid(info.path)
             self.nodes_by_id[nid] = info
             self._ids[(info.kind, info.index)] = nid
-            items += self._variable_items(info, nid, parent.nodeid)
-        for bname, vtype, desc in (
-            ("Step", ua.VariantType.UInt64, "loop step index of the published outputs"),
-            ("SimTime", ua.VariantType.Double, "simulated time of the published outputs, s"),
-            ("LoopState", ua.VariantType.String, "configured | running | stopped | failed"),
-            ("AcceptedWrites", ua.VariantType.UInt64, "client writes accepted by this server"),
-            ("RejectedWrites", ua.VariantType.UInt64, "client writes refused by this server"),
-        ):
+            signals.append((info, nid, parent.nodeid))
+        status = []
+        for bname, vtype, desc in STATUS_NODES:
             nid = self._nid(f"Status.{bname}")
             self._status[bname] = nid
-            items.append(_item(nid, folders["status"].nodeid, ua.QualifiedName(bname, idx),
-                               _attrs(bname, desc, vtype, False, self.section.min_sampling_interval_ms),
-                               ua.ObjectIds.HasComponent, ua.ObjectIds.BaseDataVariableType))
-        add_nodes(server.iserver, items)  # linear in the node count (adapters/opcua_bulk.py)
-        aspace = server.iserver.aspace
-        for nid in [*self.nodes_by_id, *self._status.values()]:
-            self._values[nid] = aspace[nid].attributes[ua.AttributeIds.Value]
+            status.append((nid, folders["status"].nodeid, bname, vtype, desc))
+        lazy = LAZY_NODES and has_fast_path(server.iserver.node_mgt_service)
+        if lazy:
+            self._add_lazily(server.iserver, signals, status)
+        else:
+            self._add_at_once(server.iserver, signals, status)
         self._signal_ids = [(info, nid) for nid, info in self.nodes_by_id.items()]
         self._conv = {nid: (_converter(info), getattr(ua.VariantType, info.data_type))
                       for nid, info in self.nodes_by_id.items()}
         await self.refresh(force=True)
 
+    def _add_at_once(self, iserver, signals, status) -> None:
+        """Build every node now (adapters/opcua_bulk.add_nodes)."""
+        items: list[ua.AddNodesItem] = []
+        for info, nid, parent in signals:
+            items.append(self._signal_item(info, nid, parent))
+            items += [make() for _, make in self._property_items(info, nid)]
+        items += [self._status_item(*s) for s in status]
+        add_nodes(iserver, items)  # linear in the node count (adapters/opcua_bulk.py)
+        for nid in [*self.nodes_by_id, *self._status.values()]:
+            self._values[nid] = iserver.aspace[nid].attributes[ua.AttributeIds.Value]
+
+    def _add_lazily(self, iserver, signals, status) -> None:
+        """Register every node now (its parent lists it, its id resolves), build it when first
+        looked up (adapters/opcua_bulk.LazyAdder); `build_pending` builds the rest meanwhile.
+        `_built` keeps `_values` and the values committed before the node existed."""
+        self._lazy = adder = opcua_bulk.LazyAdder(iserver, on_built=self._built)
+        has_component = _node_id(ua.ObjectIds.HasComponent)
+        variable = ua.NodeClass.Variable
+        idx = self.ns_index
+        for info, nid, parent in signals:
+            tdef = _node_id(ua.ObjectIds.AnalogItemType if info.data_type != "Boolean"
+                            else ua.ObjectIds.BaseDataVariableType)
+            adder.add(nid, parent, has_component, ua.QualifiedName(info.browse_name, idx), variable,
+                      ua.LocalizedText(info.display_name), tdef,
+                      functools.partial(self._signal_item, info, nid, parent), self._property_items(info, nid))
+        tdef = _node_id(ua.ObjectIds.BaseDataVariableType)
+        for s in status:
+            nid, parent, bname = s[:3]
+            adder.add(nid, parent, has_component, ua.QualifiedName(bname, idx), variable, ua.LocalizedText(bname),
+                      tdef, functools.partial(self._status_item, *s))
+
+    def _built(self, nid: ua.NodeId, node) -> None:
+        """A lazily added node was just built: its Value attribute, with what was committed to it."""
+        if nid not in self.nodes_by_id and nid not in self._status.values():
+            return  # a property
+        av = node.attributes[ua.AttributeIds.Value]
+        self._values[nid] = av
+        dv = self._unbuilt.pop(nid, None)
+        if dv is not None:
+            av.value = dv
+            av.value_callback = None
+
+    async def build_pending(self, chunk: int = 25) -> None:
+        """Build the nodes nobody looked up yet, `chunk` at a time between other work (the
+        server's own task after it listens); nothing to do when nodes were built at once."""
+        adder = self._lazy
+        while adder is not None and adder.build_some(chunk):
+            await asyncio.sleep(0)
+
+    @property
+    def lazily_added(self) -> int:
+        """How many nodes were registered to be built on first access (0: built at once)."""
+        return 0 if self._lazy is None else self._lazy.added
+
+    def _status_item(self, nid, parent, bname, vtype, desc) -> ua.AddNodesItem:
+        return _item(nid, parent, ua.QualifiedName(bname, self.ns_index),
+                     _attrs(bname, desc, vtype, False, self.section.min_sampling_interval_ms),
+                     ua.ObjectIds.HasComponent, ua.ObjectIds.BaseDataVariableType)
+
     def _variable_items(self, info: NodeInfo, nid: ua.NodeId, parent: ua.NodeId) -> list[ua.AddNodesItem]:
+        return [self._signal_item(info, nid, parent)] + [make() for _, make in self._property_items(info, nid)]
+
+    def _signal_item(self, info: NodeInfo, nid: ua.NodeId, parent: ua.NodeId) -> ua.AddNodesItem:
         vtype = getattr(ua.VariantType, info.data_type)
         desc = f"{info.description} [{info.unit}]"
         analog = info.data_type != "Boolean"
         attrs = _attrs(info.display_name, desc, vtype, info.writable, self.section.min_sampling_interval_ms)
         tdef = ua.ObjectIds.AnalogItemType if analog else ua.ObjectIds.BaseDataVariableType
-        items = [_item(nid, parent, ua.QualifiedName(info.browse_name, self.ns_index), attrs,
-                       ua.ObjectIds.HasComponent, tdef)]
-        eu = ua.EUInformation(
-            NamespaceUri=UNECE_NAMESPACE,
-            UnitId=info.unit_id,
-            DisplayName=ua.LocalizedText(info.unit),
-            Description=ua.LocalizedText(info.unit_description),
-        )
-        props = [("EngineeringUnits", ua.Variant(eu, ua.VariantType.ExtensionObject), ua.ObjectIds.EUInformation)]
-        if analog:
+        return _item(nid, parent, ua.QualifiedName(info.browse_name, self.ns_index), attrs,
+                     ua.ObjectIds.HasComponent, tdef)
+
+    def _property_items(self, info: NodeInfo, nid: ua.NodeId) -> list:
+        """(NodeId, make AddNodesItem) of the signal's properties: EURange (analog), EngineeringUnits."""
+        names = ("EURange", "EngineeringUnits") if info.data_type != "Boolean" else ("EngineeringUnits",)
+        return [(self._nid(f"{info.path}.{pname}"), functools.partial(self._property_item, info, nid, pname))
+                for pname in names]
+
+    def _property_item(self, info: NodeInfo, nid: ua.NodeId, pname: str) -> ua.AddNodesItem:
+        if pname == "EURange":
             rng = ua.Range(Low=float(info.eu_low), High=float(info.eu_high))
-            props.insert(0, ("EURange", ua.Variant(rng, ua.VariantType.ExtensionObject), ua.ObjectIds.Range))
-        for pname, value, dtype in props:
-            pid = self._nid(f"{info.path}.{pname}")
-            text, qname, dtype_id = _property_names(pname, dtype)
-            a = ua.VariableAttributes()
-            a.DisplayName = a.Description = text
-            a.DataType = dtype_id
-            a.Value = value
-            a.ValueRank = ua.ValueRank.Scalar
-            a.AccessLevel = a.UserAccessLevel = ua.AccessLevel.CurrentRead.mask
-            items.append(_item(pid, nid, qname, a, ua.ObjectIds.HasProperty, ua.ObjectIds.PropertyType))
-        return items
+            value, dtype = ua.Variant(rng, ua.VariantType.ExtensionObject), ua.ObjectIds.Range
+        else:
+            eu = ua.EUInformation(
+                NamespaceUri=UNECE_NAMESPACE,
+                UnitId=info.unit_id,
+                DisplayName=ua.LocalizedText(info.unit),
+                Description=ua.LocalizedText(info.unit_description),
+            )
+            value, dtype = ua.Variant(eu, ua.VariantType.ExtensionObject), ua.ObjectIds.EUInformation
+        pid = ua.NodeId(f"{self.name}.{info.path}.{pname}", self.ns_index)
+        text, qname, dtype_id = _property_names(pname, dtype)
+        a = ua.VariableAttributes()
+        a.DisplayName = a.Description = text
+        a.DataType = dtype_id
+        a.Value = value
+        a.ValueRank = ua.ValueRank.Scalar
+        a.AccessLevel = a.UserAccessLevel = ua.AccessLevel.CurrentRead.mask
+        return _item(pid, nid, qname, a, ua.ObjectIds.HasProperty, ua.ObjectIds.PropertyType)
 
     # ---- values ----
     def _code(self, code: int) -> ua.StatusCode:
@@ -288,7 +389,10 @@ class OpcuaAdapter:
             key = ("bad", code)
             if self._last.get(nid) != key:
                 self._last[nid] = key
-                out.append((nid, ua.DataValue(ua.Variant(), self._code(code), src, now)))
+                shared = self._bad  # one DataValue for every node going bad in this refresh
+                if shared is None or shared[0] != (code, src, now):
+                    shared = self._bad = ((code, src, now), ua.DataValue(ua.Variant(), self._code(code), src, now))
+                out.append((nid, shared[1]))
             return
         conv, vt = self._conv[nid]
         v = conv(x)
@@ -312,14 +416,18 @@ class OpcuaAdapter:
         """
         values = self._values
         for nid, dv in changes:
-            av = values[nid]
+            av = values.get(nid)
+            if av is None:  # not built yet (LAZY_NODES): it gets this value when it is
+                self._unbuilt[nid] = dv
+                continue
             if av.value_setter is not None:  # never set by hil; keep asyncua's semantics if it is
                 av.value_setter(self.server.iserver.aspace._nodes[nid], ua.AttributeIds.Value, dv)
             else:
                 av.value = dv
                 av.value_callback = None
         for nid, dv in changes:
-            callbacks = values[nid].datachange_callbacks
+            av = values.get(nid)
+            callbacks = av.datachange_callbacks if av is not None else None
             if callbacks:
                 for handle, cb in list(callbacks.items()):
                     try:
@@ -329,7 +437,10 @@ class OpcuaAdapter:
 
     def _skip(self, nid: ua.NodeId, monitored_only: bool) -> bool:
         """In a monitored-only refresh, nodes nobody subscribed to wait for the next read."""
-        return monitored_only and not self._values[nid].datachange_callbacks
+        if not monitored_only:
+            return False
+        av = self._values.get(nid)  # a node not built yet has no monitored item
+        return av is None or not av.datachange_callbacks
 
     async def refresh(self, force: bool = False, monitored_only: bool = False) -> bool:
         """Copy what changed in the image into the nodes (cheap when nothing did).

@@ -77,6 +77,9 @@ class LazyNodes(collections.abc.MutableMapping):
     def __init__(self, source: dict[str, bytes]):
         self._source = source
         self._cache: dict = {}
+        # namespaces with stored nodes (the standard space: 0): a lookup of another namespace's
+        # node (the scenario's, thousands at start-up) skips NodeId.to_string
+        self._stored_ns = {int(k[3:k.index(";")]) if k.startswith("ns=") else 0 for k in source}
 
     def __getitem__(self, key):
         try:
@@ -109,7 +112,8 @@ class LazyNodes(collections.abc.MutableMapping):
             raise KeyError(key)
 
     def __contains__(self, key) -> bool:
-        return key in self._cache or (isinstance(key, ua.NodeId) and key.to_string() in self._source)
+        return key in self._cache or (isinstance(key, ua.NodeId) and key.NamespaceIndex in self._stored_ns
+                                      and key.to_string() in self._source)
 
     def __iter__(self):
         yield from list(self._cache)
