@@ -7,7 +7,9 @@ header + body (hil/bus/auth.py). Every number is little-endian.
       v        uint8    schema version (SCHEMA_VERSION); anything else is dropped
       kind     uint8    1 obs (loop -> policy, safety), 2 proposal (policy -> safety),
                         3 action (safety -> loop), 4 command (safety -> policy)
-      flags    uint16   obs: bit 0 lockstep; action: bit 0 advice present; others: 0
+      flags    uint16   obs: bit 0 lockstep; action: bit 0 advice present; proposal: bit 0
+                        abstain (the policy will not answer this observation: its action is zeros
+                        and no member, and the safety's fallback acts at once); others: 0
       n0, n1   uint16   counts: obs n_outputs, n_inputs; proposal n_actions, n_members;
                         action n_actions, 0; command 0, 0
       sid      int64    sender session: time.time_ns() when the sender started, so a restarted
@@ -67,6 +69,7 @@ MAX_MESSAGE_BYTES = 1 << 20  # a ceiling for sockets whose frames are not the bu
 MAX_CONTROL_BYTES = 64 << 10  # an operator request (a small msgpack map + tag)
 FLAG_LOCKSTEP = 1  # obs
 FLAG_ADVICE = 1  # action
+FLAG_ABSTAIN = 1  # proposal: the policy is silent on this observation by its own decision (lockstep)
 FLAG_ALLOW_POLICY = 1  # supervisor: the policy's proposals may act (else the shield's fallback law)
 
 QUALITY_GOOD, QUALITY_UNCERTAIN, QUALITY_BAD = 0, 1, 2
@@ -267,6 +270,14 @@ class Sender:
             m, mb = members.shape[0], members.tobytes()
         frame = b"".join((self._header(step, t_s, 0, n, m), _F64.pack(compute_us), _f8_bytes(a), mb,
                           self._str(version)))
+        return frame + self._sign(frame)
+
+    def encode_abstain(self, step: int, t_s: float, n_actions: int, version: str, compute_us: float) -> bytes:
+        """An abstention: the policy answers observation `step` with no action (its output was
+        invalid or it raised), so the receiver need not wait for a proposal that will not come.
+        Same frame length as a proposal without members; the action is zeros."""
+        frame = b"".join((self._header(step, t_s, FLAG_ABSTAIN, n_actions, 0), _F64.pack(compute_us),
+                          bytes(8 * n_actions), self._str(version)))
         return frame + self._sign(frame)
 
     def encode_action(self, step: int, t_s: float, a: np.ndarray, source: str, mode: str,
@@ -486,7 +497,7 @@ class Receiver:
         return {"y": f[:n0], "q": q, "u": f[n0:], "lockstep": flags == FLAG_LOCKSTEP}
 
     def _proposal(self, raw, end: int, flags: int, n0: int, n1: int) -> dict:
-        if flags:
+        if flags & ~FLAG_ABSTAIN or (flags and n1):
             raise _Bad("dropped_malformed")
         if n0 != self._n0:
             raise _Bad("dropped_shape")
@@ -501,7 +512,7 @@ class Receiver:
             raise _Bad("dropped_nonfinite")
         f = np.frombuffer(raw, _F8, nf, HEADER_BYTES).copy()
         return {"a": f[1:1 + n0], "members": f[1 + n0:].reshape(n1, n0), "version": version,
-                "compute_us": float(f[0])}
+                "compute_us": float(f[0]), "abstain": flags == FLAG_ABSTAIN}
 
     def _action(self, raw, end: int, flags: int, n0: int, n1: int) -> dict:
         if flags & ~FLAG_ADVICE or n1:

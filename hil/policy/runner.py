@@ -9,7 +9,10 @@ Commands are handled before observations, so a rollback applies to the next obse
 (and at least every 0.2 s while no observation comes).
 
 A policy that raises, returns non-finite values or an action of the wrong shape is silent for
-that observation (nothing is sent; counted): the safety process then applies its fallback.
+that observation (counted): the safety process then applies its fallback. In lockstep the silence
+is said (an abstention frame, hil/bus/wire.py FLAG_ABSTAIN, to the safety process only), so the
+safety does not wait its deadline on the wall clock for a proposal that will not come: the same
+decision, at once (a policy that died or hangs still costs the deadline).
 An observation with Bad quality (hil/bus/endpoint.py) reaches the policy with NaN in the Bad outputs;
 the same rule applies to what the policy makes of it.
 
@@ -73,7 +76,9 @@ class PolicyRunner:
         self.fault = from_env("policy")  # a campaign's injected fault (HIL_FAULT_POLICY), else None
         self.counters = {"proposals": 0, "proposals_unsent": 0, "policy_errors": 0, "policy_invalid": 0,
                          "obs_superseded": 0, "obs_bad_quality": 0, "commands": 0, "command_errors": 0,
-                         "version_switches": 0, "obs_skipped_rate": 0, "proposals_unsent_loop": 0}
+                         "version_switches": 0, "obs_skipped_rate": 0, "proposals_unsent_loop": 0,
+                         "abstentions": 0}
+        self.abstain = False  # the last observation answered: silent by the policy's own output
         self.last_error = ""
         self.policy: LoadedPolicy
         self._install(load_policy(scenario.policy, scenario_path, version, self.spec))
@@ -127,6 +132,7 @@ class PolicyRunner:
     def answer(self, msg) -> bytes | None:
         """The proposal answering observation `msg`, or None if the policy is silent."""
         t0 = time.perf_counter_ns()
+        self.abstain = False  # set where the policy is silent by its own output (not a hang)
         if self.fault is not None and self.fault.on_observation(msg.t_s):
             return None  # injected hang: unanswered
         p = msg.payload
@@ -144,6 +150,7 @@ class PolicyRunner:
             if pol.action_is_member_mean and members is not None:
                 if members.ndim != 2 or members.shape[1] != self.n_act or not _finite(members):
                     self.counters["policy_invalid"] += 1
+                    self.abstain = True
                     return None
                 # the mean over members, as ndarray.mean computes it (add.reduce, then a true divide
                 # by the count), without its Python wrappers: the same bits
@@ -155,9 +162,11 @@ class PolicyRunner:
         except Exception as exc:
             self.counters["policy_errors"] += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
+            self.abstain = True
             return None
         if a.size != self.n_act or a.ndim > 2 or not _finite(a):
             self.counters["policy_invalid"] += 1
+            self.abstain = True
             return None
         a = a.reshape(-1)[self.perm]
         m_arr = None
@@ -166,6 +175,7 @@ class PolicyRunner:
                 m_arr = members[:, self.perm]
             else:
                 self.counters["policy_invalid"] += 1
+                self.abstain = True
                 return None
         compute_us = (time.perf_counter_ns() - t0) * 1e-3
         try:
@@ -173,6 +183,7 @@ class PolicyRunner:
         except (ValueError, struct.error) as exc:  # e.g. more members than a frame counts: silent
             self.counters["policy_invalid"] += 1
             self.last_error = f"cannot encode the proposal: {exc}"
+            self.abstain = True
             return None
 
     # ---- process ----
@@ -234,6 +245,13 @@ class PolicyRunner:
                         newest = msg
                     if newest is not None and accept(newest):
                         data = answer(newest)
+                        if data is None and self.abstain and newest.payload["lockstep"]:
+                            # said, not left to the safety's deadline (to the safety only: the
+                            # in-loop shield holds the last proposal by its age anyway)
+                            gone = self.sender.encode_abstain(newest.step, newest.t_s, self.n_act,
+                                                              self.policy.version, 0.0)
+                            if send_nowait(out, gone) or send_retry(out, gone, retry_lockstep_s):
+                                counters["abstentions"] += 1
                         if data is not None:
                             # lockstep: the safety waits for us; wait for the connection at startup
                             retry_s = retry_lockstep_s if newest.payload["lockstep"] else 0.0

@@ -139,7 +139,8 @@ class SafetyProcess:
         self.c = {"actions_sent": 0, "actions_unsent": 0, "obs_unanswered": 0, "deadline_misses": 0,
                   "commands_sent": 0, "control_requests": 0, "control_refused": 0,
                   "control_malformed": 0, "control_unanswered": 0, "proposal_drain_capped": 0,
-                  "obs_bad_quality": 0, "obs_uncertain_quality": 0, "decisions_sent": 0, "decisions_unsent": 0}
+                  "obs_bad_quality": 0, "obs_uncertain_quality": 0, "decisions_sent": 0, "decisions_unsent": 0,
+                  "policy_abstained": 0}
         self.period_s = scenario.loop.period_s
         self._warm_up()
 
@@ -157,6 +158,9 @@ class SafetyProcess:
     # ---- one observation ----
     def _decide(self, obs, proposal, socks, silent_reason="no proposal") -> None:
         p = obs.payload
+        if proposal is not None and proposal.payload.get("abstain"):
+            self.c["policy_abstained"] += 1  # the policy said it will not answer: its silence, at once
+            proposal, silent_reason = None, "the policy abstained (its output was invalid)"
         if self._core_q:
             d = self.core.decide(obs.step, obs.t_s, p["y"], p["u"], proposal, silent_reason, defer=True, q=p["q"])
         else:

@@ -659,3 +659,29 @@ def test_peek_step_reads_the_header_step_of_every_kind_and_checks_nothing():
     rx = Receiver("obs", payload_schema("obs", N_OUT, N_IN, 0), KEY)
     assert rx.decode(bytes(forged)) is None and rx.counters["dropped_auth"] == 1  # ... decode refuses it
     assert peek_step(obs[:47]) is None  # shorter than a header
+
+
+def test_an_abstention_is_a_proposal_frame_with_its_flag_and_no_members():
+    """A policy silent by its own output says so (lockstep): the frame decodes as an abstention
+    with a zero action; the flag with members, or any other flag bit, is malformed."""
+    s = Sender("proposal", KEY)
+    rx = _rx("proposal")
+    msg = rx.decode(s.encode_abstain(7, 8.0, 2, "v3", 0.0))
+    assert msg is not None and msg.step == 7 and msg.payload["abstain"] is True
+    np.testing.assert_array_equal(msg.payload["a"], [0.0, 0.0])
+    assert msg.payload["members"].shape == (0, 2) and msg.payload["version"] == "v3"
+    ok = rx.decode(s.encode_proposal(8, 9.0, np.array([1.0, 2.0]), None, "v3", 1.0))
+    assert ok is not None and ok.payload["abstain"] is False
+    from hil.bus.wire import FLAG_ABSTAIN, HEADER, TAG_BYTES
+
+    def reflagged(frame: bytes, flags: int) -> bytes:
+        fields = list(HEADER.unpack_from(frame))
+        fields[2] = flags
+        body = HEADER.pack(*fields) + frame[HEADER.size:-TAG_BYTES]
+        return body + sign(channel_key(KEY, "proposal"), body)[-TAG_BYTES:]
+
+    with_members = s.encode_proposal(9, 9.0, np.array([1.0, 2.0]), np.array([[1.0, 2.0]]), "v3", 1.0)
+    for frame in (reflagged(with_members, FLAG_ABSTAIN), reflagged(s.encode_abstain(10, 9.0, 2, "v3", 0.0), 2)):
+        before = rx.counters["dropped_malformed"]
+        assert rx.decode(frame) is None
+        assert rx.counters["dropped_malformed"] == before + 1

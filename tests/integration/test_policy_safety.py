@@ -416,6 +416,11 @@ def test_nan_policy_is_silent_and_the_baseline_holds(tmp_path):
     assert all(r["source"] == "baseline:silent" for r in _decisions(log))
     assert summary.extra["bus"]["watchdog_trips"] == 0  # the safety answered every step
     assert summary.extra["bus"]["actions_applied"] == 39
+    # in lockstep the policy says it is silent (an abstention), so the safety decided each step
+    # at once instead of waiting its deadline: no deadline missed, every decision an abstention
+    st = json.loads((tmp_path / "safety-status.json").read_text())["counters"]
+    assert st["deadline_misses"] == 0 and st["policy_abstained"] >= 39, st
+    assert all("abstained" in r.get("reason", "") for r in _decisions(log) if r.get("reason")), _decisions(log)[:3]
     _in_bounds(df)
 
 
