@@ -209,16 +209,16 @@ def test_a_silent_supervisor_puts_the_fallback_on_with_an_alarm_then_the_policy_
         h = rt._policy_handles
         if h is None:
             return
-        if "status" not in marks and status["sim_time_s"] >= 0.5:
-            # in real time the live stats file is written by a child process (hil/loop/stats_writer.py)
-            # from the same snapshot this callback gets: wait (bounded) until its first write is there
-            until = time.monotonic() + 2.0
+        if "status" not in marks and "cont" in marks and status["sim_time_s"] >= 2.0:
+            # after the supervisor spoke again; in real time the live stats file is written by a child
+            # process (hil/loop/stats_writer.py) that starts with the run: wait (bounded) for its write
+            until = time.monotonic() + 0.8
             st = full_status(sc, 5.0)
             while st.get("shield") is None and time.monotonic() < until:
                 time.sleep(0.02)
                 st = full_status(sc, 5.0)
             marks["status"] = "\n".join(status_lines(st))
-        if "stop" not in marks and status["sim_time_s"] >= 1.0:
+        elif "stop" not in marks and status["sim_time_s"] >= 1.0:
             marks["stop"] = status["steps"]
             os.kill(h.safety.pid, signal.SIGSTOP)
         elif "stop" in marks and "cont" not in marks and status["sim_time_s"] >= 1.6:
